@@ -1,0 +1,84 @@
+"""Experiment config: load YAML/JSON, fill schema defaults, reject unknown keys."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from reasonrl.errors import ReasonRLError
+from reasonrl.io import load_schema
+
+
+def _fill_defaults(schema: dict, instance: Any) -> Any:
+    """Return `instance` with every missing property set to its schema default, recursively."""
+    if not isinstance(instance, dict) or schema.get("type") != "object":
+        return instance
+    filled = dict(instance)
+    for key, sub in schema.get("properties", {}).items():
+        if key not in filled and "default" in sub:
+            filled[key] = copy.deepcopy(sub["default"])
+        if key in filled:
+            filled[key] = _fill_defaults(sub, filled[key])
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key in filled:
+            if key not in schema.get("properties", {}):
+                filled[key] = _fill_defaults(extra, filled[key])
+    return filled
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = set(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - allowed)
+        key = ".".join(filter(None, [where, unknown[0] if unknown else ""]))
+        hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
+        return f"unknown config key '{key}'{hint}"
+    return f"config key '{where or '<root>'}': {error.message}"
+
+
+def validate_config(raw: dict | None, source: str = "config") -> dict:
+    """Validate a config dict against workflow/schemas/config.schema.yaml; return it with defaults.
+
+    Raises ReasonRLError with one line naming the offending key.
+    """
+    schema = load_schema("config")
+    filled = _fill_defaults(schema, raw or {})
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ReasonRLError(f"{source}: {_describe(errors[0])}")
+    for name, task in filled["tasks"].items():
+        if task["min_ops"] > task["max_ops"]:
+            raise ReasonRLError(f"{source}: config key 'tasks.{name}.min_ops' exceeds max_ops")
+    return filled
+
+
+def load_config(path: str | Path | None = None, json_text: str | None = None) -> dict:
+    """Load a config from a YAML file or a JSON string (as Snakemake rules pass it)."""
+    if json_text is not None:
+        try:
+            raw = json.loads(json_text)
+        except json.JSONDecodeError as err:
+            raise ReasonRLError(f"--config-json: malformed JSON: {err.msg}") from None
+        return validate_config(raw, "--config-json")
+    if path is None:
+        return validate_config({})
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReasonRLError(f"{path}: config file not found") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ReasonRLError(f"{path}{line}: malformed YAML") from None
+    if raw is not None and not isinstance(raw, dict):
+        raise ReasonRLError(f"{path}: a config must be a mapping")
+    return validate_config(raw, str(path))

@@ -1,0 +1,136 @@
+"""Artifact I/O: atomic writes, JSONL with per-line errors, schema validation."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from reasonrl.errors import ReasonRLError
+
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it over `path` only on success.
+
+    A killed job therefore never leaves a file that looks finished.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReasonRLError(f"{path}: file not found") from None
+    except json.JSONDecodeError as err:
+        raise ReasonRLError(f"{path}:{err.lineno}: malformed JSON: {err.msg}") from None
+
+
+@cache
+def load_schema(name: str) -> dict:
+    """Load `workflow/schemas/<name>.schema.yaml`."""
+    with open(SCHEMA_DIR / f"{name}.schema.yaml", encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _validator(schema_name: str) -> jsonschema.protocols.Validator:
+    schema = load_schema(schema_name)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def _first_error(validator: jsonschema.protocols.Validator, row: Any) -> str | None:
+    error = jsonschema.exceptions.best_match(validator.iter_errors(row))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "<row>"
+    return f"{where}: {error.message}"
+
+
+def write_jsonl(
+    path: str | os.PathLike, rows: Iterable[dict], schema: str | None = None
+) -> int:
+    """Write rows atomically as JSONL, validating each against `schema` first."""
+    validator = _validator(schema) if schema else None
+    count = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for row in rows:
+            if validator is not None:
+                problem = _first_error(validator, row)
+                if problem:
+                    raise ReasonRLError(f"{path}: row {count + 1} breaks schema {schema}: {problem}")
+            fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+            count += 1
+    return count
+
+
+def iter_jsonl(path: str | os.PathLike, schema: str | None = None) -> Iterator[dict]:
+    """Yield the rows of a JSONL file; a bad line raises an error naming file and line."""
+    path = Path(path)
+    validator = _validator(schema) if schema else None
+    try:
+        fh = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise ReasonRLError(f"{path}: file not found") from None
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ReasonRLError(f"{path}:{lineno}: malformed JSON: {err.msg}") from None
+            if not isinstance(row, dict):
+                raise ReasonRLError(f"{path}:{lineno}: expected a JSON object per line")
+            if validator is not None:
+                problem = _first_error(validator, row)
+                if problem:
+                    raise ReasonRLError(f"{path}:{lineno}: breaks schema {schema}: {problem}")
+            yield row
+
+
+def read_jsonl(path: str | os.PathLike, schema: str | None = None) -> list[dict]:
+    return list(iter_jsonl(path, schema))
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict]) -> None:
+    """Write a list of flat dicts as CSV (columns in first-seen order)."""
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
