@@ -1,0 +1,41 @@
+"""One generation interface, several engines (Hugging Face now; vLLM is chosen the same way)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from reasonrl.errors import ReasonRLError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    stop: tuple[str, ...] = field(default_factory=tuple)  # cut the text before the first stop
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    num_tokens: int
+    finish_reason: Literal["eos", "stop", "length"]
+
+
+class GenerationEngine(Protocol):
+    tokenizer: object
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        """Complete each rendered prompt; results in prompt order."""
+        ...
+
+
+def make_engine(kind: str, model_path: str, settings: dict, dtype: str = "float32"):
+    """The engine named by the config's `generation.engine`."""
+    if kind == "hf":
+        from reasonrl.generation.hf import HFEngine
+
+        return HFEngine.from_pretrained(model_path, batch_size=settings["batch_size"], dtype=dtype)
+    raise ReasonRLError(f"generation.engine '{kind}' is not available in this environment")

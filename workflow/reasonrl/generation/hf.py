@@ -1,0 +1,78 @@
+"""Hugging Face `generate` engine: batched, left padding, KV cache, stop strings, seeds."""
+
+from __future__ import annotations
+
+import torch
+from tqdm import tqdm
+
+from reasonrl.generation import Completion, SamplingParams
+from reasonrl.models import end_of_turn_ids, load_policy
+
+
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    cuts = [text.index(s) for s in stops if s in text]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+class HFEngine:
+    def __init__(self, model, tokenizer, batch_size: int = 32):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.tokenizer.padding_side = "left"
+        self.batch_size = batch_size
+        self.eos_ids = end_of_turn_ids(tokenizer)
+
+    @classmethod
+    def from_pretrained(cls, path: str, batch_size: int = 32, dtype: str = "float32") -> HFEngine:
+        model, tokenizer = load_policy(path, dtype)
+        return cls(model, tokenizer, batch_size)
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        # Longest prompts first so each batch pads little; results go back in prompt order.
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        results: list[Completion | None] = [None] * len(prompts)
+        starts = range(0, len(order), self.batch_size)
+        for batch_no, start in enumerate(tqdm(starts, desc="generate", leave=False)):
+            idx = order[start : start + self.batch_size]
+            batch = self._generate_batch([prompts[i] for i in idx], params, batch_no)
+            for i, completion in zip(idx, batch, strict=True):
+                results[i] = completion
+        return results
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, prompts: list[str], params: SamplingParams, batch_no: int
+    ) -> list[Completion]:
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        torch.manual_seed(params.seed + batch_no)
+        sampling = params.temperature > 0
+        out = self.model.generate(
+            **enc,
+            do_sample=sampling,
+            temperature=params.temperature if sampling else None,
+            top_p=params.top_p if sampling else None,
+            top_k=None,
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            stop_strings=list(params.stop) or None,
+            tokenizer=self.tokenizer if params.stop else None,
+            use_cache=True,
+        )
+        new_tokens = out[:, enc["input_ids"].shape[1] :]
+        return [self._completion(row.tolist(), params) for row in new_tokens]
+
+    def _completion(self, ids: list[int], params: SamplingParams) -> Completion:
+        end = next((j for j, t in enumerate(ids) if t in self.eos_ids), None)
+        if end is not None:
+            text = self.tokenizer.decode(ids[:end], skip_special_tokens=True)
+            n, reason = end + 1, "eos"
+        else:
+            # Rows stopped by a stop string are padded up to the longest row of the batch.
+            n = len(ids)
+            while n and ids[n - 1] == self.tokenizer.pad_token_id:
+                n -= 1
+            text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
+            reason = "length" if n >= params.max_new_tokens else "eos"
+        text, stopped = _cut_at_stop(text, params.stop)
+        return Completion(text=text, num_tokens=n, finish_reason="stop" if stopped else reason)

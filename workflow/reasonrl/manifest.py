@@ -1,0 +1,98 @@
+"""Provenance: every output folder carries manifest.json describing how it was made."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from reasonrl import __version__
+from reasonrl.io import write_json
+
+PACKAGES = ("torch", "transformers", "accelerate", "tokenizers", "datasets", "snakemake")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def fingerprint_path(path: str | os.PathLike) -> str:
+    """sha256 of a file, or of every file under a folder (names and contents, sorted)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode())
+        with open(file, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def input_hashes(paths: list[str]) -> dict[str, str]:
+    """Hash local inputs; a hub id (not a local path) is recorded as such."""
+    return {p: fingerprint_path(p) if Path(p).exists() else "not-local" for p in paths}
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def _versions() -> dict[str, str]:
+    found = {"python": platform.python_version(), "reasonrl": __version__}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process and its waited-for children (Linux reports KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024
+
+
+class Provenance:
+    """Start the clock when a stage starts; write the manifest when it ends."""
+
+    def __init__(self, stage: str, config: dict, inputs: list[str], seed: int):
+        self.stage = stage
+        self.config = config
+        self.inputs = inputs
+        self.seed = seed
+        self.started = time.time()
+        self.hashes = input_hashes(inputs)
+
+    def write(self, out_dir: str | os.PathLike, extra: dict | None = None) -> dict:
+        manifest = {
+            "stage": self.stage,
+            "command": sys.argv,
+            "config": self.config,
+            "inputs": self.hashes,
+            "seed": self.seed,
+            "versions": _versions(),
+            "git_commit": _git_commit(),
+            "container_image": os.environ.get("REASONRL_IMAGE_DIGEST"),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "wall_seconds": round(time.time() - self.started, 3),
+            "peak_memory_mb": round(peak_memory_mb(), 1),
+            **(extra or {}),
+        }
+        write_json(Path(out_dir) / "manifest.json", manifest)
+        return manifest

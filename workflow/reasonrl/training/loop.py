@@ -1,0 +1,163 @@
+"""The one training loop every trainer reuses.
+
+accelerate for devices and precision, gradient accumulation, cosine schedule with warmup,
+resumable checkpoints with exact resume: micro-batch number i is a pure function of i (the
+batch source decides), and model, optimizer, scheduler and RNG states are restored, so a
+killed run continues with the same step count, data position and random state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from tqdm import tqdm
+from transformers import get_cosine_schedule_with_warmup
+
+log = logging.getLogger(__name__)
+
+Batch = dict[str, torch.Tensor]
+LossFn = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    max_steps: int
+    lr: float
+    grad_accum: int = 1
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    precision: str = "fp32"
+    checkpoint_every: int = 50
+    log_every: int = 10
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, section: dict, seed: int) -> LoopSettings:
+        names = cls.__dataclass_fields__.keys() - {"seed"}
+        return cls(seed=seed, **{k: section[k] for k in names})
+
+
+class CheckpointStore:
+    """Checkpoints in an undeclared folder, stamped with a fingerprint of the run's inputs."""
+
+    def __init__(self, folder: Path, fingerprint: str):
+        self.folder = Path(folder)
+        self.fingerprint = fingerprint
+
+    def latest(self) -> Path | None:
+        stamp = self.folder / "fingerprint"
+        if not stamp.exists():
+            return None
+        if stamp.read_text() != self.fingerprint:
+            log.warning("checkpoints in %s are from other inputs; starting afresh", self.folder)
+            shutil.rmtree(self.folder)
+            return None
+        steps = sorted(self.folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+        return steps[-1] if steps else None
+
+    def save(self, accelerator: Accelerator, step: int, history: list[dict]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / "fingerprint").write_text(self.fingerprint)
+        tmp = self.folder / f".tmp-step-{step}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        accelerator.save_state(str(tmp))
+        (tmp / "loop.json").write_text(json.dumps({"step": step, "history": history}))
+        os.replace(tmp, self.folder / f"step-{step}")
+        for old in self.folder.glob("step-*"):
+            if old.name != f"step-{step}":
+                shutil.rmtree(old)
+
+    def clear(self) -> None:
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+
+
+def train(
+    model: torch.nn.Module,
+    micro_batch: Callable[[int], Batch],
+    loss_fn: LossFn,
+    settings: LoopSettings,
+    checkpoints: CheckpointStore,
+) -> dict:
+    """Run `settings.max_steps` optimizer steps; return {"history", "resumed_from", ...}.
+
+    `micro_batch(i)` must return the i-th micro-batch deterministically.
+    """
+    accelerator = Accelerator(
+        mixed_precision="bf16" if settings.precision == "bf16" else "no", cpu=True
+    )
+    torch.manual_seed(settings.seed)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+    )
+    scheduler = get_cosine_schedule_with_warmup(
+        optimizer, round(settings.warmup_ratio * settings.max_steps), settings.max_steps
+    )
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    step, history = 0, []
+    resume = checkpoints.latest()
+    if resume is not None:
+        accelerator.load_state(str(resume))
+        state = json.loads((resume / "loop.json").read_text())
+        step, history = state["step"], state["history"]
+        log.info("resumed from %s at step %d", resume, step)
+    resumed_from = step
+    model.train()
+    started = time.perf_counter()
+    bar = tqdm(total=settings.max_steps, initial=step, desc="train", mininterval=5)
+    while step < settings.max_steps:
+        t0 = time.perf_counter()
+        stats = _optimizer_step(
+            model, micro_batch, loss_fn, settings, step, optimizer, scheduler, accelerator
+        )
+        step += 1
+        stats.update(step=step, seconds=time.perf_counter() - t0)
+        history.append(stats)
+        bar.update(1)
+        if step % settings.log_every == 0 or step == settings.max_steps:
+            recent = history[-settings.log_every :]
+            mean_loss = sum(h["loss"] for h in recent) / len(recent)
+            log.info("step %d loss %.4f lr %.2e", step, mean_loss, stats["lr"])
+        if step % settings.checkpoint_every == 0 and step < settings.max_steps:
+            checkpoints.save(accelerator, step, history)
+    bar.close()
+    return {
+        "history": history,
+        "resumed_from": resumed_from,
+        "train_seconds": time.perf_counter() - started,
+        "model": accelerator.unwrap_model(model),
+    }
+
+
+def _optimizer_step(
+    model, micro_batch, loss_fn, settings, step, optimizer, scheduler, accelerator
+) -> dict:
+    totals: dict[str, float] = {}
+    for micro in range(settings.grad_accum):
+        batch = micro_batch(step * settings.grad_accum + micro)
+        with accelerator.autocast():
+            loss, stats = loss_fn(model, batch)
+        accelerator.backward(loss / settings.grad_accum)
+        stats = {"loss": loss.item(), **stats}
+        for key, value in stats.items():
+            totals[key] = totals.get(key, 0.0) + value
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+    lr = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    summed = {"tokens"}  # counts add up over micro-batches; the rest are averaged
+    out = {k: v if k in summed else v / settings.grad_accum for k, v in totals.items()}
+    out.update(lr=lr, grad_norm=float(grad_norm))
+    return out
