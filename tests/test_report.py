@@ -1,0 +1,134 @@
+"""write_report on fake metrics files: files, CSV columns and values, valid PNGs."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from reasonrl.errors import ReasonRLError
+from reasonrl.report import write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_metrics(policy, task, greedy, ks=(1, 4)):
+    metrics = {
+        "policy": policy,
+        "task": task,
+        "style": "tool",
+        "n_problems": 20,
+        "n_samples": max(ks) if ks else 0,
+        "greedy_pass@1": greedy,
+        "greedy_pass@1_ci": [max(0.0, greedy - 0.1), min(1.0, greedy + 0.1)],
+        "mean_turns": 2.0,
+        "mean_tokens": 50.0,
+        "finish_reasons": {"answer": 20},
+        "tool_status": {"ok": 20},
+    }
+    for k in ks:
+        metrics[f"pass@{k}"] = min(1.0, greedy + 0.05 * k)
+        metrics[f"maj@{k}"] = greedy
+    return metrics
+
+
+def write_metrics(tmp_path, metrics, name):
+    path = tmp_path / "eval" / name / "metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(metrics))
+    return str(path)
+
+
+def fake_training(tmp_path, name, steps=30):
+    history = [
+        {"step": s, "loss": 3.0 / s, "lr": 1e-3, "tokens": 100, "seconds": 0.1}
+        for s in range(1, steps + 1)
+    ]
+    path = tmp_path / "train" / name / "metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        json.dumps({"name": name, "history": history, "final_loss": history[-1]["loss"]})
+    )
+    return str(path)
+
+
+def assert_png(path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 5_000  # a plot with axes and text, not an empty canvas
+
+
+@pytest.fixture
+def evaluations(tmp_path):
+    # deliberately unsorted, and the path names disagree with the keys: keys win
+    return [
+        write_metrics(tmp_path, fake_metrics("sft-tool", "arith", 0.7), "a"),
+        write_metrics(tmp_path, fake_metrics("base", "arith", 0.0), "b"),
+        write_metrics(tmp_path, fake_metrics("sft-cot", "arith", 0.4, ks=(1, 4, 8)), "c"),
+        write_metrics(tmp_path, fake_metrics("base", "pycode", 0.1, ks=()), "d"),
+    ]
+
+
+def test_write_report_writes_tables_plots_and_index(tmp_path, evaluations):
+    out = tmp_path / "report"
+    write_report(
+        evaluations,
+        str(out),
+        train_metrics_paths=[
+            fake_training(tmp_path, "sft-tool"),
+            fake_training(tmp_path, "sft-cot"),
+        ],
+    )
+    for name in ("pass_at_1.png", "pass_at_k.png", "sft_loss.png"):
+        assert_png(out / name)
+    with open(out / "summary.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == [
+        "policy", "task", "n_problems", "n_samples", "greedy_pass@1", "ci_low", "ci_high",
+        "pass@1", "pass@4", "pass@8", "maj@1", "maj@4", "maj@8",
+    ]  # fmt: skip
+    assert [(r["policy"], r["task"]) for r in rows] == [
+        ("base", "arith"), ("sft-cot", "arith"), ("sft-tool", "arith"), ("base", "pycode"),
+    ]  # fmt: skip
+    tool = rows[2]
+    assert float(tool["greedy_pass@1"]) == pytest.approx(0.7)
+    assert float(tool["ci_low"]) == pytest.approx(0.6)
+    assert float(tool["pass@4"]) == pytest.approx(0.9)
+    assert tool["pass@8"] == ""  # not measured for this policy
+    assert rows[1]["maj@8"] == "0.4"
+    summary = (out / "summary.md").read_text()
+    assert "| sft-tool | arith | 20 | 4 | 0.700 [0.600, 0.800] |" in summary
+    index = (out / "index.md").read_text()
+    for name in ("summary.md", "summary.csv", "pass_at_1.png", "pass_at_k.png", "sft_loss.png"):
+        assert f"]({name})" in index
+    assert summary in index
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temp files
+
+
+def test_write_report_without_training_metrics_or_samples(tmp_path):
+    paths = [write_metrics(tmp_path, fake_metrics("base", "arith", 0.2, ks=()), "a")]
+    out = tmp_path / "report"
+    write_report(paths, str(out))
+    assert_png(out / "pass_at_1.png")
+    assert_png(out / "pass_at_k.png")
+    assert not (out / "sft_loss.png").exists()
+    assert "sft_loss.png" not in (out / "index.md").read_text()
+    with open(out / "summary.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert not any(c.startswith(("pass@", "maj@")) for c in header)
+
+
+def test_write_report_names_the_file_and_missing_key(tmp_path):
+    metrics = fake_metrics("base", "arith", 0.2)
+    del metrics["policy"]
+    path = write_metrics(tmp_path, metrics, "a")
+    with pytest.raises(ReasonRLError, match=r"a/metrics.json: missing key 'policy'"):
+        write_report([path], str(tmp_path / "report"))
+
+
+def test_write_report_names_the_training_file_without_history(tmp_path, evaluations):
+    bad = tmp_path / "train.json"
+    bad.write_text(json.dumps({"name": "sft-tool"}))
+    with pytest.raises(ReasonRLError, match=r"train.json: missing key 'history'"):
+        write_report(evaluations, str(tmp_path / "report"), train_metrics_paths=[str(bad)])

@@ -1,0 +1,208 @@
+"""results/report/: tables and plots of every evaluation (and of SFT training)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from reasonrl.errors import ReasonRLError
+from reasonrl.io import atomic_path, read_json, write_csv, write_text
+
+REQUIRED_KEYS = ("policy", "task", "greedy_pass@1", "greedy_pass@1_ci")
+# moving-average window of the plotted SFT loss; per-step losses are noisy
+LOSS_SMOOTHING = 10
+
+
+def write_report(
+    metrics_paths: list[str], out_dir: str, train_metrics_paths: list[str] | None = None
+) -> None:
+    """Write summary.csv/.md, pass_at_1.png, pass_at_k.png, sft_loss.png (when training
+    metrics are given) and index.md, linking them, into out_dir."""
+    evaluations = sorted(
+        (_read_evaluation(path) for path in metrics_paths), key=lambda m: (m["task"], m["policy"])
+    )
+    if not evaluations:
+        raise ReasonRLError("report: no evaluation metrics given")
+    out = Path(out_dir)
+    ks = sorted({_k_of(key) for m in evaluations for key in m if key.startswith("pass@")})
+    rows = [_summary_row(m, ks) for m in evaluations]
+    write_csv(out / "summary.csv", rows)
+    table = _markdown_table(rows)
+    write_text(out / "summary.md", table)
+    _save(_pass_at_1_figure(evaluations), out / "pass_at_1.png")
+    _save(_pass_at_k_figure(evaluations, ks), out / "pass_at_k.png")
+    pictures = ["pass_at_1.png", "pass_at_k.png"]
+    if train_metrics_paths:
+        runs = [_read_training(path) for path in train_metrics_paths]
+        _save(_loss_figure(runs), out / "sft_loss.png")
+        pictures.append("sft_loss.png")
+    write_text(out / "index.md", _index(table, pictures))
+
+
+def _read_evaluation(path: str) -> dict[str, Any]:
+    metrics = read_json(path)
+    for key in REQUIRED_KEYS:
+        if key not in metrics:
+            raise ReasonRLError(f"{path}: missing key '{key}'")
+    return metrics
+
+
+def _read_training(path: str) -> dict[str, Any]:
+    metrics = read_json(path)
+    for key in ("name", "history"):
+        if key not in metrics:
+            raise ReasonRLError(f"{path}: missing key '{key}'")
+    return metrics
+
+
+def _k_of(key: str) -> int:
+    return int(key.split("@", 1)[1])
+
+
+def _summary_row(metrics: dict[str, Any], ks: list[int]) -> dict[str, Any]:
+    low, high = metrics["greedy_pass@1_ci"]
+    row = {
+        "policy": metrics["policy"],
+        "task": metrics["task"],
+        "n_problems": metrics.get("n_problems"),
+        "n_samples": metrics.get("n_samples"),
+        "greedy_pass@1": metrics["greedy_pass@1"],
+        "ci_low": low,
+        "ci_high": high,
+    }
+    row.update({f"pass@{k}": metrics.get(f"pass@{k}") for k in ks})
+    row.update({f"maj@{k}": metrics.get(f"maj@{k}") for k in ks})
+    return row
+
+
+def _markdown_table(rows: list[dict[str, Any]]) -> str:
+    columns = ["policy", "task", "n_problems", "n_samples", "greedy pass@1 [95% CI]"]
+    columns += [c for c in rows[0] if "@" in c and c != "greedy_pass@1"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for row in rows:
+        cells = [str(row["policy"]), str(row["task"]), _cell(row["n_problems"])]
+        cells.append(_cell(row["n_samples"]))
+        cells.append(f"{row['greedy_pass@1']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
+        cells += [_cell(row[c]) for c in columns[5:]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _save(fig: Figure, path: Path) -> None:
+    FigureCanvasAgg(fig)  # render with Agg: no display, no pyplot global state
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+
+
+def _pass_at_1_figure(evaluations: list[dict[str, Any]]) -> Figure:
+    tasks = list(dict.fromkeys(m["task"] for m in evaluations))
+    policies = list(dict.fromkeys(m["policy"] for m in evaluations))
+    by_key = {(m["policy"], m["task"]): m for m in evaluations}
+    width_inches = max(5.0, 1.0 + len(tasks) * (0.6 * len(policies) + 0.8))
+    fig = Figure(figsize=(width_inches, 4), layout="constrained")
+    ax = fig.add_subplot()
+    width = 0.8 / len(policies)
+    x = np.arange(len(tasks))
+    for i, policy in enumerate(policies):
+        present = [j for j, task in enumerate(tasks) if (policy, task) in by_key]
+        values = [by_key[policy, tasks[j]]["greedy_pass@1"] for j in present]
+        cis = np.array([by_key[policy, tasks[j]]["greedy_pass@1_ci"] for j in present])
+        errors = np.clip([np.subtract(values, cis[:, 0]), np.subtract(cis[:, 1], values)], 0, None)
+        ax.bar(
+            x[present] + (i - (len(policies) - 1) / 2) * width,
+            values,
+            width,
+            yerr=errors,
+            capsize=4,
+            label=policy,
+        )
+    ax.set_xticks(x, tasks)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("task")
+    ax.set_ylabel("greedy pass@1")
+    ax.set_title("Greedy pass@1 per policy (95% bootstrap CI over problems)")
+    ax.legend(title="policy")
+    return fig
+
+
+def _pass_at_k_figure(evaluations: list[dict[str, Any]], ks: list[int]) -> Figure:
+    tasks = list(dict.fromkeys(m["task"] for m in evaluations))
+    fig = Figure(figsize=(5 * len(tasks), 4), layout="constrained")
+    axes = fig.subplots(1, len(tasks), squeeze=False)[0]
+    for ax, task in zip(axes, tasks, strict=True):
+        for i, metrics in enumerate(m for m in evaluations if m["task"] == task):
+            measured = [k for k in ks if f"pass@{k}" in metrics]
+            color = f"C{i}"
+            ax.plot(
+                measured,
+                [metrics[f"pass@{k}"] for k in measured],
+                "o-",
+                color=color,
+                label=f"{metrics['policy']} pass@k",
+            )
+            ax.plot(
+                measured,
+                [metrics[f"maj@{k}"] for k in measured],
+                "s--",
+                color=color,
+                label=f"{metrics['policy']} maj@k",
+            )
+        if not ks:
+            ax.text(
+                0.5, 0.5, "no sampled evaluations", ha="center", va="center", transform=ax.transAxes
+            )
+        else:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.legend(fontsize="small")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("k (samples)")
+        ax.set_ylabel("score")
+        ax.set_title(f"{task}: pass@k (solid) and maj@k (dashed)")
+    return fig
+
+
+def _loss_figure(runs: list[dict[str, Any]]) -> Figure:
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    loss_ax, lr_ax = fig.subplots(1, 2)
+    for i, run in enumerate(runs):
+        steps = np.array([h["step"] for h in run["history"]])
+        losses = np.array([h["loss"] for h in run["history"]])
+        color = f"C{i}"
+        loss_ax.plot(steps, losses, color=color, alpha=0.25, linewidth=0.8)
+        window = min(LOSS_SMOOTHING, len(losses))
+        if window:
+            smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
+            loss_ax.plot(steps[window - 1 :], smooth, color=color, label=run["name"])
+        lr_ax.plot(
+            steps, [h.get("lr", np.nan) for h in run["history"]], color=color, label=run["name"]
+        )
+    loss_ax.set_title(f"SFT training loss (faint: per step; solid: {LOSS_SMOOTHING}-step mean)")
+    loss_ax.set_xlabel("optimizer step")
+    loss_ax.set_ylabel("loss (assistant tokens)")
+    loss_ax.legend()
+    lr_ax.set_title("learning rate")
+    lr_ax.set_xlabel("optimizer step")
+    lr_ax.set_ylabel("lr")
+    lr_ax.legend()
+    return fig
+
+
+def _index(table: str, pictures: list[str]) -> str:
+    lines = ["# reasonrl report", "", table, "- [summary table (markdown)](summary.md)"]
+    lines.append("- [summary table (CSV)](summary.csv)")
+    lines += [f"- [{name}]({name})" for name in pictures]
+    lines.append("")
+    lines += [f"![{os.path.splitext(name)[0]}]({name})\n" for name in pictures]
+    return "\n".join(lines)
