@@ -1,0 +1,469 @@
+"""Run model-written Python under bubblewrap with resource limits, and report what happened.
+
+Each program runs in a fresh sandbox: no network, a read-only view of /usr and of the
+Python interpreter's own prefix, a private size-capped /tmp, new pid/ipc/uts namespaces
+and a new session. Inside, a tiny bootstrap sets the rlimits (CPU seconds, address space,
+processes, file size, no core files), drops root to nobody (RLIMIT_NPROC does not bind
+root) and execs the interpreter on the program. The caller reads output incrementally,
+enforces the wall clock and the output cap, and classifies the end as one of STATUSES.
+Nothing the program does raises in the caller.
+"""
+
+from __future__ import annotations
+
+import codecs
+import concurrent.futures
+import contextlib
+import json
+import math
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from contextlib import ExitStack
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import BinaryIO
+
+from reasonrl.errors import ReasonRLError
+
+STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "refused")
+
+BWRAP_MISSING = (
+    "bubblewrap (bwrap) not found: install it (apt-get install bubblewrap) or set "
+    "sandbox.allow_unsandboxed: true to run model code without isolation"
+)
+UNSANDBOXED_WARNING = (
+    "sandbox.allow_unsandboxed: running model code WITHOUT bubblewrap isolation "
+    "(network, files and process count are not contained); install bubblewrap"
+)
+
+NOBODY = 65534  # uid/gid the sandboxed program runs as when we are root
+SANDBOX_SCRIPT = "/tmp/main.py"
+_READ_CHUNK = 65536
+_KILL_GRACE_SECONDS = 2.0
+_MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "out of memory")
+_TAIL_LINES = 5
+_STDERR_FLOOD_FACTOR = 64  # stderr may exceed the kept cap this many times over
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
+_PROGRAM_FILE_MARK = 'main.py", line '  # how a traceback names a frame of the program itself
+
+# Runs inside the sandbox before the program: limits first (so the program can never raise
+# them; a negative value leaves that limit alone), then the uid drop (root is exempt from
+# RLIMIT_NPROC), then a byte on the ready pipe so the caller can tell "the sandbox could not
+# start" from "the program failed".
+_BOOTSTRAP = """\
+import os, resource, sys
+cpu, mem, nproc, fsize, uid, ready = map(int, sys.argv[1:7])
+R = resource
+for kind, soft, hard in ((R.RLIMIT_CPU, cpu, cpu + 1), (R.RLIMIT_AS, mem, mem),
+                         (R.RLIMIT_NPROC, nproc, nproc), (R.RLIMIT_FSIZE, fsize, fsize),
+                         (R.RLIMIT_CORE, 0, 0)):
+    if soft >= 0:
+        R.setrlimit(kind, (soft, hard))
+if uid >= 0:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+os.write(ready, b"1")
+os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no pipe of ours
+os.execv(sys.argv[7], sys.argv[7:])
+"""
+
+# Threaded numeric libraries would otherwise start one thread per core and hit RLIMIT_NPROC.
+_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+)
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-program limits; file_size_mb caps each file and all of the private /tmp together."""
+
+    cpu_seconds: float = 5.0
+    wall_seconds: float = 10.0
+    memory_mb: int = 1024
+    max_processes: int = 32
+    file_size_mb: int = 16
+    max_output_chars: int = 2048
+
+    @classmethod
+    def from_config(cls, section: dict) -> SandboxLimits:
+        """Limits from the config's `sandbox:` section (other keys there are ignored)."""
+        names = {field.name for field in fields(cls)}
+        return cls(**{key: value for key, value in section.items() if key in names})
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """How one program ended. returncode is None when the sandbox killed it or never started."""
+
+    status: str
+    stdout: str
+    stderr: str
+    returncode: int | None
+    duration: float
+
+    @property
+    def output(self) -> str:
+        """What the interpreter shows the model: stdout, then stderr (its tail unless ok)."""
+        stderr = self.stderr if self.status == "ok" else _error_tail(self.stderr)
+        parts = [text.rstrip("\n") for text in (self.stdout, stderr) if text.strip()]
+        note = _STATUS_NOTES.get(self.status)
+        if note:
+            parts.append(note)
+        return "\n".join(parts)
+
+
+_STATUS_NOTES = {
+    "timeout": "[timeout: the program ran past its time limit and was stopped]",
+    "memory": "[memory: the program ran out of memory]",
+    "output-limit": "[output-limit: the output was too long and was cut; the program was stopped]",
+    "refused": "[refused: the sandbox could not run the program]",
+}
+
+
+def _error_tail(stderr: str) -> str:
+    """The last traceback cut to the program's own last frame and the exception; else the
+    last few lines (a SyntaxError, a message from a killed program)."""
+    _, header, traceback = stderr.rpartition(_TRACEBACK_HEADER)
+    lines = traceback.strip("\n").splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if not header or not frames:
+        return "\n".join(stderr.strip("\n").splitlines()[-_TAIL_LINES:])
+    own_frames = [i for i in frames if _PROGRAM_FILE_MARK in lines[i]] or frames
+    own_end = next((i for i in frames if i > own_frames[-1]), len(lines))
+    exception = [line for line in lines[frames[-1] + 1 :] if not line.startswith("    ")]
+    if own_end == len(lines):  # the program's frame is the last one: keep it all
+        exception = []
+    return "\n".join([header, *lines[own_frames[-1] : own_end], *exception])
+
+
+def find_bwrap() -> str | None:
+    """Path of the bubblewrap executable, or None (tests patch this)."""
+    return shutil.which("bwrap")
+
+
+def bwrap_available() -> bool:
+    return find_bwrap() is not None
+
+
+class Sandbox:
+    """Runs Python programs under bubblewrap (or, if explicitly allowed, under rlimits only)."""
+
+    def __init__(
+        self,
+        limits: SandboxLimits = SandboxLimits(),  # noqa: B008 (frozen, so sharing is safe)
+        allow_unsandboxed: bool = False,
+        workers: int = 2,
+    ) -> None:
+        self.limits = limits
+        self.workers = max(1, workers)
+        self.bwrap = find_bwrap()
+        if self.bwrap is None:
+            if not allow_unsandboxed:
+                raise ReasonRLError(BWRAP_MISSING)
+            warnings.warn(UNSANDBOXED_WARNING, RuntimeWarning, stacklevel=2)
+        # In a venv, the base interpreter: the venv (in the project folder) stays outside.
+        self.interpreter = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+    @classmethod
+    def from_config(cls, section: dict) -> Sandbox:
+        """A sandbox from the config's `sandbox:` section."""
+        return cls(
+            SandboxLimits.from_config(section),
+            allow_unsandboxed=bool(section.get("allow_unsandboxed", False)),
+            workers=int(section.get("workers", 2)),
+        )
+
+    def run(self, code: str, stdin: str = "") -> SandboxResult:
+        """Run one program; never raises for anything the program does."""
+        start = time.monotonic()
+        try:
+            return self._run(code, stdin, start)
+        except Exception as exc:  # the caller must survive a sandbox that cannot start
+            message = f"sandbox failed: {type(exc).__name__}: {exc}"
+            return SandboxResult("refused", "", message, None, time.monotonic() - start)
+
+    def run_many(self, codes: list[str]) -> list[SandboxResult]:
+        """Run programs concurrently, at most `workers` at once; results in input order."""
+        if not codes:
+            return []
+        with concurrent.futures.ThreadPoolExecutor(min(self.workers, len(codes))) as pool:
+            return list(pool.map(self.run, codes))
+
+    def _run(self, code: str, stdin: str, start: float) -> SandboxResult:
+        with (
+            tempfile.TemporaryDirectory(prefix="reasonrl-sandbox-") as host_tmp,
+            ExitStack() as files,
+        ):
+            script = files.enter_context(_file_with(Path(host_tmp) / "main.py", code))
+            stdin_file = files.enter_context(_file_with(Path(host_tmp) / "stdin", stdin))
+            ready_read, ready_write = (files.enter_context(pipe_end) for pipe_end in _pipe())
+            status_read, status_write = (files.enter_context(pipe_end) for pipe_end in _pipe())
+            command, pass_fds = self._command(
+                script.fileno(), ready_write.fileno(), status_write.fileno()
+            )
+            process = subprocess.Popen(
+                command,
+                stdin=stdin_file,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=pass_fds,
+                cwd=host_tmp,
+                env={} if self.bwrap else {**_ENV, "HOME": host_tmp, "TMPDIR": host_tmp},
+                start_new_session=True,
+            )
+            ready_write.close()  # so reads see EOF once the sandbox is gone
+            status_write.close()
+            supervisor = _Supervisor(process, status_read.fileno(), self.limits, bool(self.bwrap))
+            return supervisor.wait(ready_read.fileno(), start)
+
+    def _command(self, script_fd: int, ready_fd: int, status_fd: int) -> tuple[list[str], tuple]:
+        """The argv that runs the bootstrap (in bwrap when we have it) and the fds it needs."""
+        limits = self.limits
+        drop_to = NOBODY if (self.bwrap is not None and os.geteuid() == 0) else -1
+        # Unsandboxed, RLIMIT_NPROC would count every process of the user (or none, for root),
+        # so it is left alone there; in bwrap it counts the sandbox's own processes.
+        max_processes = limits.max_processes if self.bwrap is not None else -1
+        bootstrap = [
+            self.interpreter,
+            "-I",
+            "-S",
+            "-c",
+            _BOOTSTRAP,
+            str(max(1, math.ceil(limits.cpu_seconds))),
+            str(limits.memory_mb * 1024 * 1024),
+            str(max_processes),
+            str(limits.file_size_mb * 1024 * 1024),
+            str(drop_to),
+            str(ready_fd),
+        ]
+        if self.bwrap is None:
+            return [*bootstrap, self.interpreter, "-I", "-u", "main.py"], (ready_fd,)
+        program = [self.interpreter, "-I", "-u", SANDBOX_SCRIPT]
+        bwrap = [self.bwrap, *_bwrap_options(limits, self.interpreter, script_fd, status_fd)]
+        return [*bwrap, "--", *bootstrap, *program], (ready_fd, script_fd, status_fd)
+
+
+def _bwrap_options(limits: SandboxLimits, interpreter: str, script_fd: int, status_fd: int):
+    """bwrap flags: fresh namespaces, read-only system and interpreter, private /tmp."""
+    # As root we keep the host user namespace so the bootstrap can drop to a real uid that
+    # RLIMIT_NPROC applies to; as a normal user bwrap needs a user namespace.
+    namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+    namespaces += ["--unshare-cgroup-try"] + ([] if os.geteuid() == 0 else ["--unshare-user"])
+    options = [*namespaces, "--die-with-parent", "--new-session", "--clearenv"]
+    for name, value in _ENV.items():
+        options += ["--setenv", name, value]
+    options += ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        options += _mirror_top_level(Path("/") / top)
+    for etc_file in _ETC_FILES:
+        options += ["--ro-bind-try", etc_file, etc_file]
+    options += ["--proc", "/proc", "--dev", "/dev"]
+    tmp_bytes = str(limits.file_size_mb * 1024 * 1024)
+    options += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+    options += ["--perms", "0444", "--ro-bind-data", str(script_fd), SANDBOX_SCRIPT]
+    for prefix in _interpreter_prefixes(interpreter):
+        options += _bind_with_parents(prefix)
+    options += ["--chdir", "/tmp", "--json-status-fd", str(status_fd)]
+    return options
+
+
+def _mirror_top_level(path: Path) -> list[str]:
+    """/bin, /lib, ...: the same symlink into /usr, or a read-only bind of the real folder."""
+    if path.is_symlink():
+        return ["--symlink", os.readlink(path), str(path)]
+    return ["--ro-bind", str(path), str(path)] if path.is_dir() else []
+
+
+def _interpreter_prefixes(interpreter: str) -> list[str]:
+    """Real folders holding the interpreter and its standard library, outside /usr."""
+    candidates = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
+    candidates.add(str(Path(interpreter).parent.parent))
+    return [p for p in sorted(candidates) if p != "/" and not f"{p}/".startswith("/usr/")]
+
+
+def _bind_with_parents(prefix: str) -> list[str]:
+    """Read-only bind of prefix; its parents are created world-traversable (/root is 0700)."""
+    options = []
+    for parent in reversed(Path(prefix).parents[:-1]):
+        options += ["--perms", "0755", "--dir", str(parent)]
+    return options + ["--ro-bind", prefix, prefix]
+
+
+class _Supervisor:
+    """Reads a running sandbox's output, enforces wall clock and output cap, and classifies."""
+
+    def __init__(self, process: subprocess.Popen, status_fd: int, limits, sandboxed: bool):
+        self.process = process
+        self.pidfd = os.pidfd_open(process.pid)  # readable once our child (bwrap) exits
+        self.status_fd = status_fd
+        self.limits = limits
+        self.sandboxed = sandboxed
+        self.status_text = b""
+        self.sandbox_pid: int | None = None  # host pid of pid 1 of the sandbox's pid namespace
+        self.decoders = {
+            name: codecs.getincrementaldecoder("utf-8")(errors="replace")
+            for name in ("stdout", "stderr")
+        }
+        self.text = {"stdout": "", "stderr": ""}
+        self.chars_seen = {"stdout": 0, "stderr": 0}
+
+    def wait(self, ready_fd: int, start: float) -> SandboxResult:
+        try:
+            stopped_for = self._pump(start + self.limits.wall_seconds)
+        finally:
+            # Without bwrap, background processes may outlive the program: kill its group.
+            if not self.sandboxed or not _wait_readable(self.pidfd, 0):
+                self._kill()
+        exitcode = self._reap()
+        duration = time.monotonic() - start
+        ready = _read_nonblocking(ready_fd) == b"1"
+        status, returncode = self._classify(stopped_for, exitcode, ready, duration)
+        return SandboxResult(status, self.text["stdout"], self.text["stderr"], returncode, duration)
+
+    def _pump(self, deadline: float) -> str | None:
+        """Read until the program exits and its pipes close; 'timeout' or 'output-limit' if cut."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
+            selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
+            selector.register(self.status_fd, selectors.EVENT_READ, "status")
+            selector.register(self.pidfd, selectors.EVENT_READ, "exit")
+            while selector.get_map():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "timeout"
+                for key, _ in selector.select(remaining):
+                    if key.data == "exit":
+                        selector.unregister(self.pidfd)
+                        continue
+                    data = os.read(key.fd, _READ_CHUNK)
+                    if not data:
+                        selector.unregister(key.fileobj)
+                    elif key.data == "status":
+                        self._note_status(data)
+                    elif self._append(key.data, data):
+                        return "output-limit"
+        return None
+
+    def _append(self, stream: str, data: bytes) -> bool:
+        """Add output; True once it is over the cap and the program must be stopped.
+
+        stdout keeps its head and stops at the cap. stderr keeps its tail, where a traceback
+        says what went wrong, and only a flood (many times the cap) stops the program.
+        """
+        cap = self.limits.max_output_chars
+        new_text = self.decoders[stream].decode(data)
+        self.chars_seen[stream] += len(new_text)
+        if stream == "stdout":
+            self.text[stream] = (self.text[stream] + new_text)[:cap]
+            return self.chars_seen[stream] > cap
+        self.text[stream] = (self.text[stream] + new_text)[-cap:]
+        return self.chars_seen[stream] > cap * _STDERR_FLOOD_FACTOR
+
+    def _note_status(self, data: bytes) -> None:
+        """bwrap's JSON status lines; the first names the host pid of the sandbox's pid 1."""
+        self.status_text += data
+        if self.sandbox_pid is None and b"\n" in self.status_text:
+            first = self.status_text.split(b"\n", 1)[0]
+            self.sandbox_pid = json.loads(first).get("child-pid")
+
+    def _kill(self) -> None:
+        """Kill everything the program started, and return only once it is gone.
+
+        Killing the sandbox's pid 1 makes the kernel kill every process in its namespace
+        before bwrap (our child) can reap it and exit, so nothing outlives the run.
+        """
+        if self.sandboxed and self.sandbox_pid is not None:
+            _signal(lambda: os.kill(self.sandbox_pid, signal.SIGKILL))
+            if _wait_readable(self.pidfd, _KILL_GRACE_SECONDS):
+                return
+        _signal(lambda: os.killpg(self.process.pid, signal.SIGKILL))
+
+    def _reap(self) -> int:
+        """Wait for our child (it is dead or killed by now) and release its pipes."""
+        try:
+            return self.process.wait()
+        finally:
+            os.close(self.pidfd)
+            self.process.stdout.close()
+            self.process.stderr.close()
+
+    def _classify(self, stopped_for: str | None, exitcode: int, ready: bool, duration: float):
+        """(status, returncode) from why we stopped it, or else from how the program ended."""
+        if stopped_for is not None:
+            return stopped_for, None
+        if not ready:
+            return "refused", None
+        returncode = self._program_returncode(exitcode)
+        if returncode == 0:
+            return "ok", returncode
+        if self._hit_cpu_limit(returncode, duration):
+            return "timeout", returncode
+        last_line = (self.text["stderr"].strip().splitlines() or [""])[-1]
+        if any(marker in last_line for marker in _MEMORY_MARKERS):
+            return "memory", returncode
+        return "error", returncode
+
+    def _hit_cpu_limit(self, returncode: int, duration: float) -> bool:
+        """SIGXCPU comes from RLIMIT_CPU; SIGKILL does too for a program that ignores SIGXCPU,
+        which can only have happened after the hard limit (soft + 1 s) of CPU time."""
+        if returncode == -signal.SIGXCPU:
+            return True
+        cpu_hard_limit = math.ceil(self.limits.cpu_seconds) + 1
+        return returncode == -signal.SIGKILL and duration >= cpu_hard_limit
+
+    def _program_returncode(self, exitcode: int) -> int:
+        """The program's exit code, negative for a signal (bwrap reports signals as 128+n)."""
+        if self.sandboxed and exitcode > 128:
+            return -(exitcode - 128)
+        return exitcode
+
+
+def _file_with(path: Path, text: str) -> BinaryIO:
+    path.write_text(text, encoding="utf-8", errors="replace")
+    return open(path, "rb")  # noqa: SIM115 (the caller's ExitStack closes it)
+
+
+def _pipe() -> tuple[BinaryIO, BinaryIO]:
+    """A pipe as unbuffered file objects, so closing one end twice is harmless."""
+    read_fd, write_fd = os.pipe()
+    return os.fdopen(read_fd, "rb", buffering=0), os.fdopen(write_fd, "wb", buffering=0)
+
+
+def _signal(send) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        send()
+
+
+def _wait_readable(fd: int, seconds: float) -> bool:
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(seconds))
+
+
+def _read_nonblocking(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 1)
+    except BlockingIOError:
+        return b""
