@@ -8,7 +8,10 @@ from reasonrl.models import smollm2_gguf_path, train_tokenizer
 
 CONVERSATION = [
     {"role": "user", "content": "Tom has 12 pens. He buys 30 more. How many pens?"},
-    {"role": "assistant", "content": "Let me compute.\n```python\nx = 12\nx = x + 30\nprint(x)\n```"},
+    {
+        "role": "assistant",
+        "content": "Let me compute.\n```python\nx = 12\nx = x + 30\nprint(x)\n```",
+    },
     {"role": "user", "content": "```output\n42\n```"},
     {"role": "assistant", "content": "The answer is \\boxed{42}."},
 ]
@@ -29,7 +32,7 @@ def smollm2_tokenizer():
 
 
 def _masked_text(tokenizer, chat) -> str:
-    return tokenizer.decode([t for t, m in zip(chat.input_ids, chat.loss_mask) if m])
+    return tokenizer.decode([t for t, m in zip(chat.input_ids, chat.loss_mask, strict=True) if m])
 
 
 @pytest.mark.parametrize("which", ["tiny_tokenizer", "smollm2_tokenizer"])
@@ -41,7 +44,8 @@ def test_mask_covers_exactly_the_assistant_turns(which, request):
     assert masked == (
         CONVERSATION[1]["content"] + "<|im_end|>" + CONVERSATION[3]["content"] + "<|im_end|>"
     )
-    unmasked = tokenizer.decode([t for t, m in zip(chat.input_ids, chat.loss_mask) if not m])
+    pairs = zip(chat.input_ids, chat.loss_mask, strict=True)
+    unmasked = tokenizer.decode([t for t, m in pairs if not m])
     assert "```output\n42\n```" in unmasked
     assert "Tom has 12 pens" in unmasked
     assert chat.labels.count(-100) == len(chat.input_ids) - sum(chat.loss_mask)

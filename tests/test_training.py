@@ -69,9 +69,7 @@ def test_masked_loss_matches_formula(tiny):
     batch = pad_batch(_samples(3), pad_id=0)
     loss, stats = masked_lm_loss(model, batch)
     with torch.no_grad():
-        logits = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).logits
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     total, count = 0.0, 0
     for row in range(3):
         for t in range(1, batch["input_ids"].shape[1]):

@@ -79,9 +79,7 @@ def _first_error(validator: jsonschema.protocols.Validator, row: Any) -> str | N
     return f"{where}: {error.message}"
 
 
-def write_jsonl(
-    path: str | os.PathLike, rows: Iterable[dict], schema: str | None = None
-) -> int:
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict], schema: str | None = None) -> int:
     """Write rows atomically as JSONL, validating each against `schema` first."""
     validator = _validator(schema) if schema else None
     count = 0
@@ -90,7 +88,9 @@ def write_jsonl(
             if validator is not None:
                 problem = _first_error(validator, row)
                 if problem:
-                    raise ReasonRLError(f"{path}: row {count + 1} breaks schema {schema}: {problem}")
+                    raise ReasonRLError(
+                        f"{path}: row {count + 1} breaks schema {schema}: {problem}"
+                    )
             fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
             count += 1
     return count
@@ -100,11 +100,9 @@ def iter_jsonl(path: str | os.PathLike, schema: str | None = None) -> Iterator[d
     """Yield the rows of a JSONL file; a bad line raises an error naming file and line."""
     path = Path(path)
     validator = _validator(schema) if schema else None
-    try:
-        fh = open(path, encoding="utf-8")
-    except FileNotFoundError:
-        raise ReasonRLError(f"{path}: file not found") from None
-    with fh:
+    if not path.is_file():
+        raise ReasonRLError(f"{path}: file not found")
+    with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue

@@ -18,7 +18,6 @@ from reasonrl.tasks import prompt_messages, solution_messages
 from reasonrl.training.data import IGNORE, MicroBatches
 from reasonrl.training.loop import CheckpointStore, LoopSettings, train
 
-
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
 
 
@@ -51,11 +50,14 @@ def sft_samples(tokenizer, problems: list[dict], style: str, max_length: int) ->
 def run_sft(
     config: dict, variant: str, model_path: str, train_files: list[str], out_dir: str
 ) -> dict:
-    """Train `model_path` on the gold `variant` solutions; write the HF folder, metrics, manifest."""
+    """Train on the gold `variant` solutions; write the HF folder, metrics and manifest."""
     section = config["sft"]
     out = Path(out_dir)
     provenance = Provenance(
-        "sft", {"sft": section, "policy": config["policy"]}, [model_path, *train_files], config["seed"]
+        "sft",
+        {"sft": section, "policy": config["policy"]},
+        [model_path, *train_files],
+        config["seed"],
     )
     model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
     problems = [row for path in train_files for row in read_jsonl(path, schema="problem")]

