@@ -180,6 +180,7 @@ def _quiet_libraries() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> None:

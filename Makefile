@@ -1,0 +1,68 @@
+# make run: set up .venv and run the default DAG.  make test: set up, lint, run the test suite.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := run
+
+VENV := .venv
+BIN := $(VENV)/bin
+# Re-install only when an env file (or the package metadata) changed.
+STAMP := $(VENV)/.installed
+ENV_FILES := envs/constraints.txt envs/lock-cpu.txt envs/requirements-nodeps.txt pyproject.toml
+CONFIG ?= config/config.yaml
+# Rules call the `reasonrl` command, which lives in the venv.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: run test lint dag clean setup sandbox graphviz
+
+run: setup
+	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
+
+test: setup lint
+	$(BIN)/pytest -ra
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check .
+	$(BIN)/snakemake --lint
+
+# A fixed hash seed keeps the edge order, so an unchanged DAG gives an unchanged file.
+dag: setup graphviz
+	mkdir -p docs
+	PYTHONHASHSEED=0 $(BIN)/snakemake --rulegraph --configfile $(CONFIG) | dot -Tsvg > docs/rulegraph.svg
+
+clean:
+	rm -rf results logs benchmarks .snakemake report.html
+
+# Snakemake copies a rule's conda file elsewhere, so it cannot point at the lock with -r:
+# the pins are written into it (torch without the local +cpu tag, which only pip's local
+# wheel carries).
+envs/conda-cpu.yaml: envs/lock-cpu.txt
+	{ echo "# Conda environment of every rule under --software-deployment-method conda."; \
+	  echo "# Generated from envs/lock-cpu.txt by 'make envs/conda-cpu.yaml'; a test checks they agree."; \
+	  echo "# The reasonrl package itself is installed from the repository (pip install --no-deps -e .)."; \
+	  echo "name: reasonrl-cpu"; echo "channels: [conda-forge]"; echo "dependencies:"; \
+	  echo "  - python=3.11"; echo "  - pip"; echo "  - pip:"; \
+	  sed -e '/^#/d' -e '/^$$/d' -e 's/+cpu$$//' -e 's/^/      - /' $<; } > $@
+
+setup: $(STAMP) sandbox
+
+$(BIN)/python:
+	python3 -m venv $(VENV)
+
+$(STAMP): $(ENV_FILES) | $(BIN)/python
+	$(BIN)/pip install -c envs/constraints.txt -r envs/lock-cpu.txt
+	$(BIN)/pip install --no-deps -r envs/requirements-nodeps.txt
+	$(BIN)/pip install --no-deps -e .
+	touch $@
+
+# The sandbox runs model-written code under bubblewrap; install it when we can.
+sandbox:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y bubblewrap; \
+	  else echo "bwrap not found: install bubblewrap (e.g. sudo apt-get install bubblewrap)" >&2; exit 1; fi; }
+
+graphviz:
+	@command -v dot >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y --no-install-recommends graphviz; \
+	  else echo "dot not found: install graphviz (e.g. sudo apt-get install graphviz)" >&2; exit 1; fi; }

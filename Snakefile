@@ -1,0 +1,34 @@
+# reasonrl: post-train language models for math and code reasoning.
+# build (or convert) base policy -> make task data -> SFT (tool, cot) -> evaluate -> report
+import sys
+
+from reasonrl.config import validate_config
+from reasonrl.errors import ReasonRLError
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+# Fill schema defaults in place (rules read config[...]) and reject unknown keys in one line.
+config_files = " + ".join(map(str, workflow.configfiles)) or "config"
+try:
+    config.update(validate_config(config, config_files))
+except ReasonRLError as err:
+    sys.exit(f"reasonrl: error: {err}")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/sft.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.report.output,

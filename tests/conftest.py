@@ -1,0 +1,29 @@
+"""Shared fixtures: a runner for the repository's Snakefile with the venv on PATH."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def snakemake() -> Callable[..., subprocess.CompletedProcess]:
+    """Run the repository's Snakefile from `cwd` (default: the repo); rules find `reasonrl`."""
+
+    def run(*args: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        command = [str(VENV_BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile"), *args]
+        result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    return run

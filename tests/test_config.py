@@ -1,0 +1,87 @@
+"""Config validation: unknown keys named, defaults filled, shipped configs valid."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reasonrl.config import load_config, validate_config
+from reasonrl.errors import ReasonRLError
+from reasonrl.io import load_schema
+
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "config").glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"sedd": 1}, "sedd"),
+        ({"sft": {"max_stepz": 3}}, "sft.max_stepz"),
+        ({"tasks": {"arith": {"kind": "arith", "sizes": 3}}}, "tasks.arith.sizes"),
+        ({"policy": {"tiny": {"layers": 2}}}, "policy.tiny.layers"),
+    ],
+)
+def test_unknown_key_is_named(raw, key):
+    with pytest.raises(ReasonRLError, match=f"unknown config key '{key}'") as err:
+        validate_config(raw, "my.yaml")
+    assert str(err.value).startswith("my.yaml: ")
+    assert "\n" not in str(err.value)
+
+
+def test_defaults_are_filled_around_given_values():
+    schema = load_schema("config")["properties"]
+    config = validate_config({"sft": {"lr": 0.5}})
+    assert config["sft"]["lr"] == 0.5
+    assert config["sft"]["max_steps"] == schema["sft"]["properties"]["max_steps"]["default"]
+    arith = schema["tasks"]["additionalProperties"]["properties"]
+    assert config["tasks"]["arith"]["kind"] == "arith"
+    assert config["tasks"]["arith"]["train_size"] == arith["train_size"]["default"]
+    assert set(config) == set(schema)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_config_validates(path):
+    config = load_config(path)
+    assert set(config["sft"]["tasks"]) <= set(config["tasks"])
+    assert set(config["evaluation"]["tasks"]) <= set(config["tasks"])
+
+
+def test_snakemake_names_unknown_key_in_one_line(snakemake, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sft:\n  max_stepz: 3\n")
+    result = snakemake("-n", "--configfile", str(bad), check=False)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, result.stderr
+    assert "unknown config key 'sft.max_stepz'" in errors[0]
+    assert str(bad) in errors[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def schema_keys(schema: dict, prefix: str = "") -> dict[str, object]:
+    """Every leaf key of the config schema (task settings as tasks.NAME.*) -> its default."""
+    keys: dict[str, object] = {}
+    for name, sub in schema.get("properties", {}).items():
+        if "properties" in sub:
+            keys.update(schema_keys(sub, f"{prefix}{name}."))
+        elif isinstance(sub.get("additionalProperties"), dict):
+            keys[f"{prefix}{name}"] = sub.get("default")
+            keys.update(schema_keys(sub["additionalProperties"], f"{prefix}{name}.NAME."))
+        else:
+            keys[f"{prefix}{name}"] = sub.get("default", "required")
+    return keys
+
+
+def test_config_readme_documents_every_key_with_its_default():
+    readme = (SHIPPED[0].parent / "README.md").read_text(encoding="utf-8")
+    rows = {
+        line.split("|")[1].strip(" `"): line.split("|")[3].strip(" `")
+        for line in readme.splitlines()
+        if line.startswith("| `")
+    }
+    for key, default in schema_keys(load_schema("config")).items():
+        assert key in rows, f"config/README.md lacks {key}"
+        expected = default if default == "required" else json.dumps(default)
+        assert rows[key] == expected, f"config/README.md: {key} default {rows[key]} != {expected}"

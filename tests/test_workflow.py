@@ -1,0 +1,209 @@
+"""The Snakemake workflow: dry-runs of every shipped config, lint, and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reasonrl.io import read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def dry_run_jobs(result: subprocess.CompletedProcess) -> list[dict[str, str]]:
+    """The jobs a dry-run prints: rule name plus its `key: value` lines (output, log, ...)."""
+    jobs = []
+    for line in result.stdout.splitlines():
+        if match := re.fullmatch(r"(?:local)?rule (\w+):", line):
+            jobs.append({"rule": match[1]})
+        elif jobs and (match := re.fullmatch(r"    (\w+): (.*)", line)):
+            jobs[-1][match[1]] = match[2]
+        elif jobs and line.startswith("Shell command: "):
+            jobs[-1]["shell"] = line.removeprefix("Shell command: ")
+    return jobs
+
+
+def rule_counts(result: subprocess.CompletedProcess) -> Counter:
+    return Counter(job["rule"] for job in dry_run_jobs(result))
+
+
+def cli_config(job: dict[str, str]) -> dict:
+    """The --config-json a job's shell command passes to the CLI."""
+    argv = shlex.split(job["shell"])
+    return json.loads(argv[argv.index("--config-json") + 1])
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_dry_run_succeeds(snakemake, config):
+    result = snakemake("-n", "--directory", str(REPO), "--configfile", str(config))
+    assert "This was a dry-run" in result.stdout
+    assert rule_counts(result)["report"] == 1
+
+
+def test_default_dag_builds_tiny_policy_sfts_both_styles_and_evaluates_three_policies(snakemake):
+    result = snakemake("-n", "-p")
+    assert rule_counts(result) == {
+        "make_task_data": 2,
+        "build_tiny_policy": 1,
+        "sft": 2,
+        "evaluate": 3,
+        "report": 1,
+        "all": 1,
+    }
+    evaluations = {job["wildcards"] for job in dry_run_jobs(result) if job["rule"] == "evaluate"}
+    assert evaluations == {f"policy={p}, task=arith" for p in ("base", "sft-tool", "sft-cot")}
+
+
+def test_smollm2_config_converts_the_gguf_and_needs_no_tokenizer_corpus(snakemake):
+    result = snakemake("-n", "--configfile", "config/smollm2.yaml")
+    counts = rule_counts(result)
+    assert counts["convert_smollm2"] == 1 and "build_tiny_policy" not in counts
+    assert counts["make_task_data"] == 1  # only arith: SFT and evaluation use nothing else
+
+
+def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path):
+    config = tmp_path / "hub.yaml"
+    config.write_text(f"policy:\n  base: {HUB_ID}\n")
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", str(config)))
+    assert not {"build_tiny_policy", "convert_smollm2"} & {job["rule"] for job in jobs}
+    base_eval = next(j for j in jobs if j["rule"] == "evaluate" and "policy=base" in j["wildcards"])
+    assert f"--model {HUB_ID} " in base_eval["shell"]
+    assert all(f"--model {HUB_ID} " in j["shell"] for j in jobs if j["rule"] == "sft")
+
+
+def test_results_logs_and_benchmarks_mirror_each_other(snakemake):
+    for job in dry_run_jobs(snakemake("-n")):
+        if job["rule"] == "all":
+            continue
+        outputs = job["output"].split(", ")
+        stem = Path(outputs[0] if len(outputs) == 1 else Path(outputs[0]).parent)
+        assert all(Path(out).is_relative_to(stem) for out in outputs), job
+        name = stem.relative_to("results")
+        assert job["log"] == f"logs/{name}.log", job
+        assert job["benchmark"] == f"benchmarks/{name}.tsv", job
+
+
+def test_each_stage_gets_only_its_config_sections(snakemake):
+    expected = {
+        "make_task_data": {"seed", "tasks"},
+        "build_tiny_policy": {"seed", "policy"},
+        "sft": {"seed", "sft", "policy"},
+        "evaluate": {"seed", "evaluation", "rollout", "generation", "sandbox", "tasks"},
+        "report": {"seed", "evaluation"},
+    }
+    for job in dry_run_jobs(snakemake("-n", "-p")):
+        if job["rule"] in expected:
+            config = cli_config(job)
+            assert set(config) == expected[job["rule"]], job["rule"]
+            if "task" in job.get("wildcards", ""):
+                # A task's jobs see only that task, so editing another task reruns nothing here.
+                assert list(config["tasks"]) == [job["wildcards"].split("task=")[1]]
+
+
+@pytest.mark.parametrize("config", ["config/config.yaml", "config/smollm2.yaml"])
+def test_snakemake_lint_finds_nothing(snakemake, config):
+    result = snakemake("--lint", "--configfile", config, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["snakefmt", "--check", "."], ["ruff", "check", "."], ["ruff", "format", "--check", "."]],
+    ids=" ".join,
+)
+def test_formatters_and_linters_are_clean(command):
+    result = subprocess.run(
+        [str(VENV_BIN / command[0]), *command[1:]], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- end to end on config/test.yaml, in a temporary working directory -------------------------
+
+
+@pytest.fixture(scope="module")
+def test_run(snakemake, tmp_path_factory) -> Path:
+    """config/test.yaml run to the end in a fresh directory (the repo's results/ untouched)."""
+    workdir = tmp_path_factory.mktemp("workflow")
+    shutil.copytree(REPO / "config", workdir / "config")
+    snakemake("--cores", "2", "--configfile", "config/test.yaml", cwd=workdir)
+    return workdir
+
+
+@pytest.mark.workflow
+def test_run_leaves_nothing_to_do(snakemake, test_run):
+    result = snakemake("-n", "--configfile", "config/test.yaml", cwd=test_run)
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+@pytest.mark.workflow
+def test_run_outputs_match_their_schemas(test_run):
+    for task in ("arith", "pycode"):
+        for split in ("train", "test"):
+            assert read_jsonl(test_run / f"results/data/{task}/{split}.jsonl", schema="problem")
+    for model in ("base", "sft-tool", "sft-cot"):
+        folder = test_run / "results/models" / model
+        for name in ("config.json", "model.safetensors", "manifest.json"):
+            assert (folder / name).is_file(), folder / name
+    for policy in ("base", "sft-tool", "sft-cot"):
+        folder = test_run / "results/eval" / policy / "arith"
+        trajectories = read_jsonl(folder / "trajectories.jsonl", schema="trajectory")
+        metrics = json.loads((folder / "metrics.json").read_text())
+        problems = read_jsonl(test_run / "results/data/arith/test.jsonl", schema="problem")
+        assert metrics["n_problems"] == len(problems)
+        assert len(trajectories) == len(problems) * (1 + metrics["n_samples"])  # greedy + samples
+        assert 0.0 <= metrics["greedy_pass@1"] <= 1.0
+    for name in ("summary.csv", "summary.md", "index.md", "pass_at_1.png", "sft_loss.png"):
+        assert (test_run / "results/report" / name).stat().st_size > 0
+    assert not list(test_run.glob("results/models/.*.ckpt")), "checkpoints left behind"
+
+
+@pytest.mark.workflow
+def test_run_writes_a_log_and_benchmark_per_job(test_run):
+    logs = {
+        p.relative_to(test_run / "logs").with_suffix("") for p in test_run.rglob("logs/**/*.log")
+    }
+    benchmarks = {
+        p.relative_to(test_run / "benchmarks").with_suffix("")
+        for p in test_run.rglob("benchmarks/**/*.tsv")
+    }
+    assert logs == benchmarks
+    assert len(logs) == 9  # 2 data, base, 2 sft, 3 evaluations, report
+
+
+@pytest.mark.workflow
+def test_snakemake_report_renders(snakemake, test_run):
+    snakemake("--configfile", "config/test.yaml", "--report", "report.html", cwd=test_run)
+    html = (test_run / "report.html").read_text(encoding="utf-8", errors="replace")
+    assert "pass_at_1.png" in html and "sft_loss.png" in html
+
+
+@pytest.mark.workflow
+def test_config_change_reruns_only_the_stages_that_read_it(snakemake, test_run):
+    config = yaml.safe_load((test_run / "config/test.yaml").read_text())
+    config["evaluation"]["temperature"] = 0.7
+    (test_run / "config/changed.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake("-n", "--configfile", "config/changed.yaml", cwd=test_run)
+    assert rule_counts(result) == {"evaluate": 3, "report": 1, "all": 1}
+
+
+@pytest.mark.workflow
+@pytest.mark.learning
+def test_tool_sft_beats_the_untrained_policy(test_run):
+    def greedy(policy: str) -> float:
+        metrics = test_run / "results/eval" / policy / "arith/metrics.json"
+        return json.loads(metrics.read_text())["greedy_pass@1"]
+
+    assert greedy("sft-tool") > greedy("base")

@@ -1,0 +1,241 @@
+"""`arith`: multi-step arithmetic word problems that reward calling the interpreter.
+
+One sentence per operation, numbers written as digits, and a gold program with one line per
+sentence, so a tiny model can learn the sentence -> code mapping while the interpreter does the
+arithmetic (the chain-of-thought variant has to do it in text).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reasonrl.tasks.sampling import draw_splits
+
+NAMES = ("Tom", "Anna", "Ben", "Maria", "Lily", "Sam", "Nora", "Omar", "Eva", "Raj", "Mia", "Leo")
+ITEMS = ("marbles", "books", "coins", "apples", "stickers", "cards", "pencils", "shells")
+CONTAINERS = ("bags", "boxes", "packs", "jars")
+START = ("{name} has {a} {item}.", "{name} starts with {a} {item}.", "{name} owns {a} {item}.")
+QUESTION = ("How many {item} does {name} have now?", "How many {item} does {name} have at the end?")
+TOOL_INTRO = "Let me compute this step by step with Python."
+MAX_GROUPS = 9  # group counts, multipliers and divisors stay single-digit, as in word problems
+MAX_DIVISOR = 12
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One kind of step: its phrasings, its code line and how it changes the running total."""
+
+    phrasings: tuple[str, ...]
+    code: str
+    apply: Callable[[int, int, int], int]
+    # rng, total, max_operand -> operands (a, b), or None when the step cannot follow `total`
+    draw: Callable[[random.Random, int, int], tuple[int, int] | None]
+
+
+def _draw_sub(rng: random.Random, total: int, top: int) -> tuple[int, int] | None:
+    # Keeps the total positive, so later steps (e.g. sharing) still make sense.
+    return (rng.randint(2, min(top, total - 1)), 0) if total >= 3 else None
+
+
+def _draw_sub_groups(rng: random.Random, total: int, top: int) -> tuple[int, int] | None:
+    if total < 5:
+        return None
+    groups = rng.randint(2, min(MAX_GROUPS, (total - 1) // 2))
+    return groups, rng.randint(2, min(top, (total - 1) // groups))
+
+
+def _draw_div(rng: random.Random, total: int, top: int) -> tuple[int, int] | None:
+    divisors = [d for d in range(2, min(MAX_DIVISOR, top, total) + 1) if total % d == 0]
+    return (rng.choice(divisors), 0) if divisors else None
+
+
+OPERATIONS = {
+    "add": Operation(
+        (
+            "{name} buys {a} more {item}.",
+            "{name} gets {a} {item} from a friend.",
+            "{name} finds {a} {item}.",
+        ),
+        "x = x + {a}",
+        lambda x, a, b: x + a,
+        lambda rng, total, top: (rng.randint(2, top), 0),
+    ),
+    "sub": Operation(
+        (
+            "{name} gives away {a} {item}.",
+            "{name} loses {a} {item}.",
+            "{name} sells {a} {item}.",
+        ),
+        "x = x - {a}",
+        lambda x, a, b: x - a,
+        _draw_sub,
+    ),
+    "add_groups": Operation(
+        (
+            "{name} buys {a} {box} with {b} {item} in each.",
+            "{name} receives {a} {box} that each hold {b} {item}.",
+        ),
+        "x = x + {a} * {b}",
+        lambda x, a, b: x + a * b,
+        lambda rng, total, top: (rng.randint(2, MAX_GROUPS), rng.randint(2, top)),
+    ),
+    "sub_groups": Operation(
+        (
+            "{name} gives {a} friends {b} {item} each.",
+            "{name} packs {a} {box} with {b} {item} each and gives them away.",
+        ),
+        "x = x - {a} * {b}",
+        lambda x, a, b: x - a * b,
+        _draw_sub_groups,
+    ),
+    "mul": Operation(
+        (
+            "{name} ends up with {a} times as many {item}.",
+            "The number of {name}'s {item} grows {a} times.",
+        ),
+        "x = x * {a}",
+        lambda x, a, b: x * a,
+        lambda rng, total, top: (rng.randint(2, MAX_GROUPS), 0),
+    ),
+    "div": Operation(
+        (
+            "{name} shares the {item} equally among {a} friends and keeps one share.",
+            "{name} splits the {item} into {a} equal piles and keeps one pile.",
+        ),
+        "x = x // {a}",
+        lambda x, a, b: x // a,
+        _draw_div,
+    ),
+}
+# How a step is written in the chain-of-thought solution: (intermediate, result) equations.
+COT_STEPS = {
+    "add": lambda x, a, b: [f"{x} + {a} = {x + a}."],
+    "sub": lambda x, a, b: [f"{x} - {a} = {x - a}."],
+    "add_groups": lambda x, a, b: [f"{a} * {b} = {a * b}.", f"{x} + {a * b} = {x + a * b}."],
+    "sub_groups": lambda x, a, b: [f"{a} * {b} = {a * b}.", f"{x} - {a * b} = {x - a * b}."],
+    "mul": lambda x, a, b: [f"{x} * {a} = {x * a}."],
+    "div": lambda x, a, b: [f"{x} / {a} = {x // a}."],
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    a: int
+    b: int
+    phrasing: str
+
+
+@dataclass(frozen=True)
+class ArithProblem:
+    name: str
+    item: str
+    box: str
+    start: int
+    start_phrasing: str
+    steps: tuple[Step, ...]
+    question_phrasing: str
+
+    def _fill(self, text: str, a: int = 0, b: int = 0) -> str:
+        return text.format(name=self.name, item=self.item, box=self.box, a=a, b=b)
+
+    def question(self) -> str:
+        sentences = [self._fill(self.start_phrasing, self.start)]
+        sentences += [self._fill(s.phrasing, s.a, s.b) for s in self.steps]
+        sentences.append(self._fill(self.question_phrasing))
+        return " ".join(sentences)
+
+    def program(self) -> str:
+        lines = [f"x = {self.start}"]
+        lines += [OPERATIONS[s.kind].code.format(a=s.a, b=s.b) for s in self.steps]
+        return "\n".join(lines + ["print(x)"]) + "\n"
+
+    def cot(self, answer: str) -> str:
+        sentences = [self._fill("{name} starts with {a} {item}.", self.start)]
+        total = self.start
+        for step in self.steps:
+            sentences += COT_STEPS[step.kind](total, step.a, step.b)
+            total = OPERATIONS[step.kind].apply(total, step.a, step.b)
+        sentences.append(f"The answer is \\boxed{{{answer}}}.")
+        return " ".join(sentences)
+
+
+def run_program(program: str) -> str:
+    """What the interpreter prints for our own generated program (trusted code, run in-process)."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        exec(program, {})  # noqa: S102 - the program is generated here, never model-written
+    return buffer.getvalue().rstrip("\n")  # as the sandbox shows it
+
+
+def _step(rng: random.Random, total: int, top: int) -> Step:
+    while True:
+        kind = rng.choice(sorted(OPERATIONS))
+        operands = OPERATIONS[kind].draw(rng, total, top)
+        if operands is not None:
+            return Step(kind, *operands, rng.choice(OPERATIONS[kind].phrasings))
+
+
+def random_problem(rng: random.Random, num_ops: int, max_operand: int) -> ArithProblem:
+    start = rng.randint(min(10, max_operand), max_operand)
+    steps, total = [], start
+    for _ in range(num_ops):
+        step = _step(rng, total, max_operand)
+        total = OPERATIONS[step.kind].apply(total, step.a, step.b)
+        steps.append(step)
+    return ArithProblem(
+        name=rng.choice(NAMES),
+        item=rng.choice(ITEMS),
+        box=rng.choice(CONTAINERS),
+        start=start,
+        start_phrasing=rng.choice(START),
+        steps=tuple(steps),
+        question_phrasing=rng.choice(QUESTION),
+    )
+
+
+def problem_row(problem: ArithProblem, task: str, split: str, index: int) -> dict:
+    program = problem.program()
+    output = run_program(program)
+    return {
+        "id": f"{task}-{split}-{index:05d}",
+        "task": task,
+        "split": split,
+        "question": problem.question(),
+        "answer": output,
+        "solutions": {
+            "tool": [
+                {"role": "assistant", "content": f"{TOOL_INTRO}\n```python\n{program}```"},
+                {"role": "user", "content": f"```output\n{output}\n```"},
+                {"role": "assistant", "content": f"The answer is \\boxed{{{output}}}."},
+            ],
+            "cot": [{"role": "assistant", "content": problem.cot(output)}],
+        },
+        "code": None,
+        "meta": {
+            "ops": [s.kind for s in problem.steps],
+            "num_ops": len(problem.steps),
+            "num_operands": 1 + sum(1 + (s.b > 0) for s in problem.steps),
+            "item": problem.item,
+        },
+    }
+
+
+def build(task: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
+    """Train and test rows (disjoint, de-duplicated by question), deterministic for the seed."""
+
+    def draw(rng: random.Random) -> tuple[ArithProblem, str]:
+        num_ops = rng.randint(settings["min_ops"], settings["max_ops"])
+        problem = random_problem(rng, num_ops, settings["max_operand"])
+        return problem, problem.question()
+
+    splits = draw_splits(task, settings, seed, draw)
+    rows = {
+        split: [problem_row(p, task, split, i) for i, p in enumerate(problems)]
+        for split, problems in splits.items()
+    }
+    return rows["train"], rows["test"]

@@ -1,0 +1,43 @@
+# Tables and plots over every evaluation and SFT run; also shown by `snakemake --report`.
+
+
+rule report:
+    input:
+        metrics=eval_metrics(),
+        sft_models=sft_models(),
+    output:
+        summary_csv=report(
+            "results/report/summary.csv",
+            caption="../report/summary.rst",
+            category="Evaluation",
+        ),
+        summary_md="results/report/summary.md",
+        index="results/report/index.md",
+        pass_at_1=report(
+            "results/report/pass_at_1.png",
+            caption="../report/pass_at_1.rst",
+            category="Evaluation",
+        ),
+        pass_at_k=report(
+            "results/report/pass_at_k.png",
+            caption="../report/pass_at_k.rst",
+            category="Evaluation",
+        ),
+        sft_loss=report(
+            "results/report/sft_loss.png",
+            caption="../report/sft_loss.rst",
+            category="Training",
+        ),
+    log:
+        "logs/report.log",
+    benchmark:
+        "benchmarks/report.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        config=config_json("evaluation"),
+        train_metrics=sft_train_metrics,
+        out_dir=subpath(output.index, parent=True),
+    shell:
+        "reasonrl report --config-json {params.config} --metrics {input.metrics:q}"
+        " --train-metrics {params.train_metrics} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -1,0 +1,25 @@
+# Supervised fine-tuning of the base policy on gold solutions, one policy per style
+# (tool-integrated, CoT-only). Resumable checkpoints go to the undeclared
+# results/models/.sft-{variant}.ckpt, so a killed job resumes when rerun.
+
+
+rule sft:
+    input:
+        model=policy_model_input("base"),
+        train=train_files(config["sft"]["tasks"]),
+    output:
+        directory("results/models/sft-{variant}"),
+    log:
+        "logs/models/sft-{variant}.log",
+    benchmark:
+        "benchmarks/models/sft-{variant}.tsv"
+    conda:
+        CONDA_ENV
+    threads: TORCH_THREADS
+    params:
+        config=config_json("sft", "policy"),
+        model=model_arg,
+        train=lambda wildcards, input: repeated_flag("--train", input.train),
+    shell:
+        "reasonrl sft --config-json {params.config} --variant {wildcards.variant}"
+        " --model {params.model:q} {params.train} --out {output:q} > {log:q} 2>&1"
