@@ -85,3 +85,23 @@ def test_config_readme_documents_every_key_with_its_default():
         assert key in rows, f"config/README.md lacks {key}"
         expected = default if default == "required" else json.dumps(default)
         assert rows[key] == expected, f"config/README.md: {key} default {rows[key]} != {expected}"
+
+
+def test_task_lists_must_name_configured_tasks():
+    with pytest.raises(ReasonRLError, match="'evaluation.tasks' names 'gsm8k'"):
+        validate_config({"evaluation": {"tasks": ["gsm8k"]}}, "my.yaml")
+
+
+def test_conda_env_pins_what_the_lock_pins():
+    root = Path(__file__).resolve().parents[1]
+    lock = {
+        line.replace("+cpu", "")
+        for line in (root / "envs/lock-cpu.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    conda = {
+        line.strip().removeprefix("- ")
+        for line in (root / "envs/conda-cpu.yaml").read_text().splitlines()
+        if line.startswith("      - ")
+    }
+    assert conda == lock

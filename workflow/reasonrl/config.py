@@ -57,6 +57,13 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
     for name, task in filled["tasks"].items():
         if task["min_ops"] > task["max_ops"]:
             raise ReasonRLError(f"{source}: config key 'tasks.{name}.min_ops' exceeds max_ops")
+    for section in ("sft", "evaluation"):
+        for name in filled[section]["tasks"]:
+            if name not in filled["tasks"]:
+                raise ReasonRLError(
+                    f"{source}: config key '{section}.tasks' names '{name}', "
+                    "which is not under 'tasks'"
+                )
     return filled
 
 
