@@ -127,17 +127,25 @@ def test_arith_tool_solution_has_one_program_its_output_and_a_boxed_answer(arith
 
 def test_arith_program_has_one_line_per_operation_with_the_question_numbers(arith):
     for row in arith[0]:
-        lines = _program(row).splitlines()
+        lines = [line for line in _program(row).splitlines() if not line.startswith("#")]
         assert len(lines) == row["meta"]["num_ops"] + 2 and lines[-1] == "print(x)"
         numbers = re.findall(r"\d+", row["question"])
         assert re.findall(r"\d+", "\n".join(lines)) == numbers  # copied literally, in order
         assert row["meta"]["num_operands"] == len(numbers)
 
 
+def test_arith_program_restates_each_sentence_above_its_line(arith):
+    for row in arith[0]:
+        lines = _program(row).splitlines()
+        comments = [line.removeprefix("# ") for line in lines[:-1:2]]
+        assert all(line.startswith("# ") for line in lines[:-1:2])
+        assert " ".join(comments) == row["question"].rsplit(". ", 1)[0] + "."
+
+
 def test_arith_intermediate_results_are_non_negative_and_divisions_exact(arith):
     for row in arith[0]:
         x = 0
-        for line in _program(row).splitlines()[:-1]:
+        for line in _program(row).splitlines()[1:-1:2]:
             divisor = re.search(r"// (\d+)", line)
             assert divisor is None or x % int(divisor[1]) == 0
             x = eval(line.split("=", 1)[1], {"x": x})

@@ -1,8 +1,9 @@
 """`arith`: multi-step arithmetic word problems that reward calling the interpreter.
 
 One sentence per operation, numbers written as digits, and a gold program with one line per
-sentence, so a tiny model can learn the sentence -> code mapping while the interpreter does the
-arithmetic (the chain-of-thought variant has to do it in text).
+sentence (each restated as a comment above its line), so a tiny model can learn the
+sentence -> code mapping while the interpreter does the arithmetic (the chain-of-thought
+variant has to do it in text).
 """
 
 from __future__ import annotations
@@ -143,25 +144,37 @@ class ArithProblem:
     def _fill(self, text: str, a: int = 0, b: int = 0) -> str:
         return text.format(name=self.name, item=self.item, box=self.box, a=a, b=b)
 
-    def question(self) -> str:
+    def sentences(self) -> list[str]:
+        """The start sentence and one sentence per operation, as the question states them."""
         sentences = [self._fill(self.start_phrasing, self.start)]
-        sentences += [self._fill(s.phrasing, s.a, s.b) for s in self.steps]
-        sentences.append(self._fill(self.question_phrasing))
-        return " ".join(sentences)
+        return sentences + [self._fill(s.phrasing, s.a, s.b) for s in self.steps]
+
+    def question(self) -> str:
+        return " ".join([*self.sentences(), self._fill(self.question_phrasing)])
 
     def program(self) -> str:
+        # Each line is preceded by the sentence it encodes, as a comment: the model restates
+        # the sentence (a verbatim copy) and then turns that local text into code, which a
+        # small model learns far sooner than finding each number in the question.
         lines = [f"x = {self.start}"]
         lines += [OPERATIONS[s.kind].code.format(a=s.a, b=s.b) for s in self.steps]
-        return "\n".join(lines + ["print(x)"]) + "\n"
+        commented = [
+            f"# {text}\n{line}" for text, line in zip(self.sentences(), lines, strict=True)
+        ]
+        return "\n".join([*commented, "print(x)"]) + "\n"
 
     def cot(self, answer: str) -> str:
-        sentences = [self._fill("{name} starts with {a} {item}.", self.start)]
+        # Restates each sentence before its equations, like the program's comments, so the
+        # two solution styles differ only in who does the arithmetic.
+        sentences = self.sentences()
+        parts = [sentences[0]]
         total = self.start
-        for step in self.steps:
-            sentences += COT_STEPS[step.kind](total, step.a, step.b)
+        for text, step in zip(sentences[1:], self.steps, strict=True):
+            parts.append(text)
+            parts += COT_STEPS[step.kind](total, step.a, step.b)
             total = OPERATIONS[step.kind].apply(total, step.a, step.b)
-        sentences.append(f"The answer is \\boxed{{{answer}}}.")
-        return " ".join(sentences)
+        parts.append(f"The answer is \\boxed{{{answer}}}.")
+        return " ".join(parts)
 
 
 def run_program(program: str) -> str:
