@@ -27,3 +27,23 @@ def snakemake() -> Callable[..., subprocess.CompletedProcess]:
         return result
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tmp_path_factory) -> Path:
+    """A 2-layer, 32-wide Llama with a ChatML tokenizer trained on a few lines of arith text."""
+    from reasonrl.models import build_tiny_policy
+
+    settings = {
+        "vocab_size": 300,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_layers": 2,
+        "num_heads": 2,
+        "num_kv_heads": 2,
+        "max_position_embeddings": 256,
+    }
+    folder = tmp_path_factory.mktemp("tiny-policy")
+    corpus = ["x = 12 + 30\nprint(x)\n```output", "The answer is 42."] * 10
+    build_tiny_policy(corpus, settings, 0, folder)
+    return folder

@@ -105,3 +105,8 @@ def test_conda_env_pins_what_the_lock_pins():
         if line.startswith("      - ")
     }
     assert conda == lock
+
+
+def test_reduced_stage_config_does_not_check_sections_it_lacks():
+    config = validate_config({"tasks": {"pycode": {"kind": "pycode"}}}, "--config-json")
+    assert config["sft"]["tasks"] == ["arith"]  # a default, not a reference to check

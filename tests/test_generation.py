@@ -4,25 +4,13 @@ import pytest
 
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
-from reasonrl.models import build_tiny_policy
 
-SETTINGS = {
-    "vocab_size": 300,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_layers": 2,
-    "num_heads": 2,
-    "num_kv_heads": 2,
-    "max_position_embeddings": 256,
-}
 PROMPTS = ["<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "x = 1\n" * 6, "print(3)"]
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny")
-    build_tiny_policy(["x = 12 + 30\nprint(x)\n```output"] * 10, SETTINGS, 0, folder)
-    return HFEngine.from_pretrained(str(folder), batch_size=2)
+def engine(tiny_policy):
+    return HFEngine.from_pretrained(str(tiny_policy), batch_size=2)
 
 
 def test_batched_greedy_equals_one_by_one(engine):

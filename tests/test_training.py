@@ -5,27 +5,15 @@ import torch
 import torch.nn.functional as F
 
 from reasonrl.chat import TokenizedChat
-from reasonrl.models import build_tiny_policy, load_policy
+from reasonrl.models import load_policy
 from reasonrl.training.data import IGNORE, MicroBatches, pack, pad_batch
 from reasonrl.training.loop import CheckpointStore, LoopSettings, train
 from reasonrl.training.sft import masked_lm_loss
 
-SETTINGS = {
-    "vocab_size": 300,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_layers": 2,
-    "num_heads": 2,
-    "num_kv_heads": 2,
-    "max_position_embeddings": 256,
-}
-
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny")
-    build_tiny_policy(["x = 12 + 30\nprint(x)", "The answer is 42."] * 10, SETTINGS, 0, folder)
-    return folder
+def tiny(tiny_policy):
+    return tiny_policy
 
 
 def _samples(n: int, seed: int = 0) -> list[TokenizedChat]:

@@ -57,7 +57,10 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
     for name, task in filled["tasks"].items():
         if task["min_ops"] > task["max_ops"]:
             raise ReasonRLError(f"{source}: config key 'tasks.{name}.min_ops' exceeds max_ops")
+    # Only sections the input gives: a stage's reduced config leaves the others to defaults.
     for section in ("sft", "evaluation"):
+        if section not in (raw or {}):
+            continue
         for name in filled[section]["tasks"]:
             if name not in filled["tasks"]:
                 raise ReasonRLError(
