@@ -100,7 +100,7 @@ def test_each_stage_gets_only_its_config_sections(snakemake):
         "make_task_data": {"seed", "tasks"},
         "build_tiny_policy": {"seed", "policy"},
         "sft": {"seed", "sft", "policy"},
-        "evaluate": {"seed", "evaluation", "rollout", "generation", "sandbox", "tasks"},
+        "evaluate": {"seed", "evaluation", "policy", "rollout", "generation", "sandbox", "tasks"},
         "report": {"seed", "evaluation"},
     }
     for job in dry_run_jobs(snakemake("-n", "-p")):

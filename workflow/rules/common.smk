@@ -20,8 +20,10 @@ wildcard_constraints:
 CONDA_ENV = "../../envs/conda-cpu.yaml"
 
 # Threads of the model stages (torch reads OMP_NUM_THREADS, which Snakemake sets to them).
-# Snakemake lowers them to --cores; a profile's set-threads overrides them.
-TORCH_THREADS = 16
+# Half the cores each, so two model jobs (the two SFT styles, two evaluations) run side by
+# side: small models use one core each better than two cores one job at a time.
+# A profile's set-threads overrides it.
+TORCH_THREADS = max(1, (workflow.cores or 2) // 2)
 
 # policy.base values a rule of models.smk builds into BASE_MODEL_DIR.
 BUILT_BASES = ("tiny", "smollm2")

@@ -20,6 +20,7 @@ rule evaluate:
     params:
         config=lambda wildcards: config_json(
             "evaluation",
+            "policy",
             "rollout",
             "generation",
             "sandbox",
