@@ -97,6 +97,13 @@ def test_numeric_libraries_of_the_interpreter_are_importable(sandbox):
     assert result.status == "ok" and result.stdout == "120\n"
 
 
+def test_site_packages_only_when_asked(sandbox):
+    code = "import sys\nprint(any('site-packages' in path for path in sys.path))"
+    assert sandbox.run(code).stdout == "False\n"
+    with_site = Sandbox.from_config({"site_packages": True, "wall_seconds": 10})
+    assert with_site.run(code).stdout == "True\n"
+
+
 # --- isolation ------------------------------------------------------------------------------
 
 
@@ -268,12 +275,13 @@ def test_run_many_keeps_order_and_runs_at_most_workers_at_once():
 
 def test_limits_and_workers_from_config():
     section = validate_config(
-        {"sandbox": {"cpu_seconds": 2, "max_output_chars": 100, "workers": 3}}
+        {"sandbox": {"cpu_seconds": 2, "max_output_chars": 100, "workers": 3, "pool_memory_mb": 9}}
     )["sandbox"]
     limits = SandboxLimits.from_config(section)
     assert limits == SandboxLimits(cpu_seconds=2, max_output_chars=100)
     sandbox = Sandbox.from_config(section)
-    assert sandbox.limits == limits and sandbox.workers == 3
+    assert sandbox.limits == limits and sandbox.workers == 3 and sandbox.pool_memory_mb == 9
+    assert not sandbox.site_packages  # off by default
     assert Sandbox.from_config({}).limits == SandboxLimits()
 
 
