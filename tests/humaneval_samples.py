@@ -4,7 +4,8 @@ canonical solution and wrong variants made from it (none of them model output).
 Ten samples per problem: the canonical solution twice (once with printed noise, which the
 harness swallows), a changed operator (may or may not still pass), return None, an
 exception, a syntax error, an early exit(), a stdin read, the first line only, and for a
-few problems an endless loop (a timeout: 3 s each, so only a few).
+few problems an endless loop (a timeout: 3 s each, so only a few). Every fourth problem has
+no sample with the canonical solution, so that pass@10 is not trivially 1.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 
 SAMPLES_PER_PROBLEM = 10
 ENDLESS_EVERY = 60  # problems 0, 60, 120 get an endless loop
+WITHOUT_CANONICAL_EVERY = 4  # problems 1, 5, 9, ... get no canonical solution
 OPERATORS = ((" + ", " - "), (" < ", " <= "), (" > ", " >= "), (" == ", " != "), (" * ", " + "))
 
 
@@ -37,7 +39,7 @@ def variants(index: int, solution: str) -> list[str]:
         if index % ENDLESS_EVERY == 0
         else solution + "\n# a trailing comment\n"
     )
-    return [
+    samples = [
         solution,
         f"{indent}print('noise' * 100)\n" + solution,
         changed_operator(solution),
@@ -49,6 +51,10 @@ def variants(index: int, solution: str) -> list[str]:
         first_line_only(solution),
         last,
     ]
+    if index % WITHOUT_CANONICAL_EVERY == 1:
+        wrong = f"{indent}return None  # instead of the solution\n"
+        samples = [wrong if solution in sample else sample for sample in samples]
+    return samples
 
 
 def humaneval_samples() -> list[dict]:

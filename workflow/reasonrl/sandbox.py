@@ -89,7 +89,7 @@ if uid >= 0:
     os.setuid(uid)
 os.write(ready, b"1")
 os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no pipe of ours
-import io, runpy
+import io
 def unbuffered(fd, errors):
     raw = io.FileIO(fd, "w", closefd=False)
     return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
@@ -98,7 +98,16 @@ sys.stderr = sys.__stderr__ = unbuffered(2, "backslashreplace")
 if site:
     import site as site_module
     site_module.main()
-runpy.run_path(sys.argv[9], run_name="__main__")
+path = sys.argv[9]
+with open(path, "rb") as script:
+    code = compile(script.read(), path, "exec")
+sys.argv = [path]
+__file__ = path
+# The program runs in __main__'s namespace, as under `python path`, without our names.
+for name in [n for n in globals() if not n.startswith("__") and n != "code"]:
+    del globals()[name]
+del name
+exec(globals().pop("code"), globals())
 """
 
 # Threaded numeric libraries would otherwise start one thread per core and hit RLIMIT_NPROC.
