@@ -186,13 +186,17 @@ def test_code_eval_cli_writes_verdicts_metrics_and_manifest(tmp_path):
     write_jsonl(problems, [row], schema="problem")
     samples = tmp_path / "samples.jsonl"
     chat = f"```python\n{CODE['prompt']}{CODE['canonical_solution']}```"
-    write_jsonl(samples, [{"task_id": "Task/0", "completion": c} for c in (chat, "    pass\n")])
+    sleepy = "    import time; time.sleep(0.6)\n    return math.pi * r * r\n"  # 1.2 s in all
+    completions = (chat, "    pass\n", sleepy)
+    write_jsonl(samples, [{"task_id": "Task/0", "completion": c} for c in completions])
     out = tmp_path / "out"
     config = json.dumps({"tasks": {"he": {"kind": "humaneval"}}, "sandbox": {"workers": 2}})
     main(["code-eval", "--config-json", config, "--task", "he", "--problems", str(problems)]
-         + ["--samples", str(samples), "--k", "1", "2", "--out-dir", str(out)])  # fmt: skip
+         + ["--samples", str(samples), "--k", "1", "3", "--timeout", "1"]
+         + ["--out-dir", str(out)])  # fmt: skip
     verdicts = read_jsonl(out / "verdicts.jsonl", schema="code_verdict")
-    assert [v["passed"] for v in verdicts] == [True, False]
+    assert [v["result"] for v in verdicts] == ["passed", "failed: ", "timed out"]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["pass@1"] == 0.5 and metrics["pass@2"] == 1.0 and metrics["suite"] == "humaneval"
+    assert metrics["pass@1"] == pytest.approx(1 / 3) and metrics["pass@3"] == 1.0
+    assert metrics["suite"] == "humaneval"
     assert (out / "metrics.csv").exists() and (out / "manifest.json").exists()

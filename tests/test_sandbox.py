@@ -97,6 +97,23 @@ def test_numeric_libraries_of_the_interpreter_are_importable(sandbox):
     assert result.status == "ok" and result.stdout == "120\n"
 
 
+def test_threads_subprocesses_and_multiprocessing_work(sandbox):
+    """The seccomp filter leaves clone for threads and processes; multiprocessing's locks need
+    the private /dev/shm."""
+    code = (
+        "import multiprocessing, subprocess, threading\n"
+        "def square(x):\n    return x * x\n"
+        "if __name__ == '__main__':\n"
+        "    thread = threading.Thread(target=print, args=('thread',))\n"
+        "    thread.start()\n    thread.join()\n"
+        "    print(subprocess.check_output(['echo', 'child'], text=True).strip())\n"
+        "    with multiprocessing.Pool(2) as pool:\n        print(pool.map(square, [2, 3]))\n"
+    )
+    result = sandbox.run(code)
+    assert result.status == "ok", result
+    assert result.stdout == "thread\nchild\n[4, 9]\n"
+
+
 def test_site_packages_only_when_asked(sandbox):
     code = "import sys\nprint(any('site-packages' in path for path in sys.path))"
     assert sandbox.run(code).stdout == "False\n"

