@@ -1,16 +1,17 @@
 """Run model-written Python under bubblewrap with resource limits, and report what happened.
 
 Each program runs in a fresh sandbox: no network, a read-only view of /usr and of the
-Python interpreter's own prefix, a private size-capped /tmp, new pid/ipc/uts namespaces,
-a new session and a seccomp filter that refuses the system calls a Python program has no
-use for (namespaces, mounts, ptrace, kernel keyrings, bpf, io_uring, raw sockets, ...).
+Python interpreter's own prefix, a private size-capped /tmp and /dev/shm, new pid, ipc and
+uts namespaces, a new session and a seccomp filter that refuses the system calls a Python
+program has no use for (namespaces, mounts, ptrace, keyrings, bpf, io_uring, raw sockets).
 Inside, a tiny bootstrap joins the run's memory cgroup (when the host lets us make one, so
 the memory cap holds for all of the program's processes together), sets the rlimits (CPU
 seconds, address space, processes, file size, no core files), drops root to a uid of its
 own (RLIMIT_NPROC does not bind root, and counts per uid: a fork bomb in one sandbox must
-not starve the one beside it) and execs the interpreter on the program. The caller reads
-output incrementally, enforces the wall clock, the output cap and cancellation, and
-classifies the end as one of STATUSES. Nothing the program does raises in the caller.
+not starve the one beside it) and runs the program in that same interpreter (standard
+library only, unless site-packages are asked for). The caller reads output incrementally,
+enforces the wall clock, the output cap and cancellation, and classifies the end as one of
+STATUSES. Nothing the program does raises in the caller.
 """
 
 from __future__ import annotations
