@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from test_sandbox_battery import children_of, sandbox_processes
 
+from reasonrl.cgroups import memory_parent, owner_is_gone
 from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox, SandboxLimits
 
@@ -138,3 +140,20 @@ def test_caller_process_stopped_by_a_signal_leaves_no_sandbox_behind(how, tmp_pa
     caller.stdout.close()
     caller.stderr.close()
     assert_nothing_left()
+    # A caller killed outright leaves its host folders and cgroups; the next run removes them.
+    assert Sandbox(LIMITS).run("pass").status == "ok"
+    left = [p.name for p in Path(tempfile.gettempdir()).glob(f"reasonrl-sandbox-{caller.pid}-*")]
+    parent = memory_parent()
+    if parent is not None:
+        left += [p.name for p in parent[0].glob(f"reasonrl-sandbox-{caller.pid}-*")]
+    assert left == []
+
+
+def test_only_folders_of_gone_pids_count_as_stale():
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    assert owner_is_gone(f"reasonrl-sandbox-{int(gone.stdout)}-abc")
+    assert not owner_is_gone(f"reasonrl-sandbox-{os.getpid()}-abc")
+    assert not owner_is_gone("reasonrl-sandbox-12345678")  # the old naming, no pid
+    assert not owner_is_gone("reasonrl-sandbox-uids")

@@ -6,6 +6,9 @@ hierarchy whose memory controller is delegated to our group), each run gets a ch
 of ours with the cap on memory (and swap); the sandbox's bootstrap joins it before anything
 else runs, and the run is classified "memory" when the kernel's OOM killer acted in it.
 Without such a hierarchy `MemoryGroup.create` returns None and the per-process cap is all.
+
+Groups are named after the pid that made them. A caller killed by a signal cannot remove
+its groups, so each `create` first removes the (empty) groups of pids no longer alive.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import uuid
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+GROUP_PREFIX = "reasonrl-sandbox-"
 _REMOVE_TRIES = 50
 _REMOVE_PAUSE_S = 0.01
 
@@ -30,6 +34,29 @@ def _own_groups() -> dict[str, str]:
             for controller in controllers.split(",") if controllers else [""]:
                 groups[controller] = path
     return groups
+
+
+def owner_is_gone(name: str, prefix: str = GROUP_PREFIX) -> bool:
+    """Whether `name` is PREFIX<pid>-... of a pid that no longer runs."""
+    pid, dash, _ = name[len(prefix) :].partition("-")
+    if not name.startswith(prefix) or not pid.isdigit() or not dash:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def sweep_stale(parent: Path) -> None:
+    """Remove the groups left by callers that were killed (rmdir only removes empty ones)."""
+    with contextlib.suppress(OSError):
+        for path in parent.iterdir():
+            if path.is_dir() and owner_is_gone(path.name):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
 
 
 def _writable_dir(path: Path) -> bool:
@@ -67,7 +94,8 @@ class MemoryGroup:
         if found is None:
             return None
         parent, version = found
-        path = parent / f"reasonrl-sandbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        sweep_stale(parent)
+        path = parent / f"{GROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         try:
             path.mkdir()
         except OSError:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from reasonrl import seccomp
-from reasonrl.cgroups import MemoryGroup
+from reasonrl.cgroups import MemoryGroup, owner_is_gone
 from reasonrl.errors import ReasonRLError
 
 STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "refused", "cancelled")
@@ -57,6 +57,7 @@ UNSANDBOXED_WARNING = (
 # held by a lock file so that concurrent processes on one host never share one.
 SANDBOX_UIDS = range(2_100_000_000, 2_100_000_000 + 1024)
 UID_LOCK_DIR = Path(tempfile.gettempdir()) / "reasonrl-sandbox-uids"
+HOST_DIR_PREFIX = "reasonrl-sandbox-"  # + the caller's pid: host folder of one run
 SANDBOX_SCRIPT = "/tmp/main.py"
 _READ_CHUNK = 65536
 _KILL_GRACE_SECONDS = 2.0
@@ -307,8 +308,9 @@ class Sandbox:
     def _run(
         self, code: str, stdin: str, start: float, cancel: CancelToken | None, deadline
     ) -> SandboxResult:
+        _sweep_stale_host_dirs()
         with (
-            tempfile.TemporaryDirectory(prefix=f"reasonrl-sandbox-{os.getpid()}-") as host_tmp,
+            tempfile.TemporaryDirectory(prefix=f"{HOST_DIR_PREFIX}{os.getpid()}-") as host_tmp,
             ExitStack() as resources,
         ):
             uid = resources.enter_context(_uid_slot()) if self.drops_root else -1
@@ -398,6 +400,14 @@ class _SandboxFds:
         self.status_write.close()
         if self.cgroup is not None:
             self.cgroup.close()
+
+
+def _sweep_stale_host_dirs() -> None:
+    """Remove the host folders of runs whose caller was killed before it could."""
+    with contextlib.suppress(OSError):
+        for path in Path(tempfile.gettempdir()).glob(f"{HOST_DIR_PREFIX}*"):
+            if owner_is_gone(path.name, HOST_DIR_PREFIX):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
