@@ -20,6 +20,7 @@ from reasonrl.tasks import (
     grade,
     is_code_task,
     is_final_turn,
+    program_with_tests,
     prompt_messages,
     solution_messages,
 )
@@ -69,7 +70,12 @@ def _questions(rows):
 
 
 def _passes_in_process(problem, program):
-    return grade(problem, program, FakeSandbox())
+    """Our own reference code, checked fast without the sandbox."""
+    try:
+        exec(program_with_tests(problem, program), {})
+    except Exception:
+        return False
+    return True
 
 
 # --- arith ------------------------------------------------------------------------------
@@ -268,8 +274,9 @@ def test_grade_math_by_equivalence_and_code_by_sandbox_status(arith, pycode):
     assert not grade(math_row, None, fake)
     assert fake.programs == []  # math answers never touch the sandbox
     program = code_row["code"]["prompt"] + code_row["code"]["canonical_solution"]
-    assert grade(code_row, program, fake)
-    assert fake.programs[0].endswith(f"check({code_row['code']['entry_point']})\n")
+    assert program_with_tests(code_row, program).endswith(
+        f"\n{code_row['code']['test']}\ncheck({code_row['code']['entry_point']})"
+    )
 
 
 @needs_bwrap

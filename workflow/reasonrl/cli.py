@@ -128,6 +128,30 @@ def evaluate_policy(
     return greedy + sampled, metrics
 
 
+def code_eval(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.code_eval import evaluate_samples
+    from reasonrl.evaluation import metrics_rows
+    from reasonrl.sandbox import Sandbox
+
+    kind = config["tasks"][args.task]["kind"] if args.task in config["tasks"] else None
+    provenance = Provenance(
+        "code-eval", {"sandbox": config["sandbox"]}, [args.problems, args.samples], config["seed"]
+    )
+    problems = read_jsonl(args.problems, schema="problem")
+    samples = read_jsonl(args.samples)
+    sandbox = Sandbox.from_config(config["sandbox"])
+    rows, metrics = evaluate_samples(
+        problems, samples, sandbox, kind, tuple(args.k), timeout=args.timeout
+    )
+    metrics.update(task=args.task, suite=kind)
+    out = Path(args.out_dir)
+    write_jsonl(out / "verdicts.jsonl", rows, schema="code_verdict")
+    write_json(out / "metrics.json", metrics)
+    write_csv(out / "metrics.csv", metrics_rows(metrics))
+    provenance.write(out, {key: value for key, value in metrics.items() if "pass@" in key})
+    log.info("%s: %s", args.task, {k: v for k, v in metrics.items() if "pass@" in k})
+
+
 def report(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.report import write_report
 
@@ -166,6 +190,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True)
     p.add_argument("--problems", required=True)
     p.add_argument("--policy", help="policy name in the metrics (default: the out-dir's parent)")
+    p.add_argument("--out-dir", required=True)
+    p = stage("code-eval", code_eval, "per-sample verdicts and pass@k of code completions")
+    p.add_argument("--task", required=True, help="config task (its kind picks the timeout)")
+    p.add_argument("--problems", required=True, help="problems JSONL of the task")
+    p.add_argument(
+        "--samples", required=True, help="JSONL rows with completion and problem_id or task_id"
+    )
+    p.add_argument("--k", type=int, nargs="+", default=[1, 10, 100], help="k of pass@k")
+    p.add_argument("--timeout", type=float, help="seconds per sample (default: the suite's)")
     p.add_argument("--out-dir", required=True)
     p = stage("report", report, "tables and plots of all evaluations")
     p.add_argument("--metrics", nargs="+", required=True)

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from reasonrl.chat import render
 from reasonrl.generation import GenerationEngine, SamplingParams
-from reasonrl.tasks import extract_final, grade, is_final_turn, prompt_messages
+from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 
 CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 # The model's turn ends with its code; it must not write the interpreter's output itself.
@@ -89,7 +89,12 @@ def run_rollouts(
         if state.finish_reason is None:
             state.finish_reason = "max_turns"
     decoding = "sampled" if params.temperature > 0 else "greedy"
-    return [_row(state, sandbox, policy, decoding) for state in states]
+    finals = [extract_final(state.problem, state.messages) for state in states]
+    correct = grade_many([state.problem for state in states], finals, sandbox)
+    return [
+        _row(state, final, is_correct, policy, decoding)
+        for state, final, is_correct in zip(states, finals, correct, strict=True)
+    ]
 
 
 def _advance(engine, live, params, limits, sandbox, turn) -> None:
@@ -131,15 +136,14 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
         state.messages.append({"role": "user", "content": f"```output\n{result.output}\n```"})
 
 
-def _row(state: _State, sandbox, policy: str, decoding: str) -> dict:
-    final = extract_final(state.problem, state.messages)
+def _row(state: _State, final: str | None, correct: bool, policy: str, decoding: str) -> dict:
     return {
         "problem_id": state.problem["id"],
         "task": state.problem["task"],
         "sample": state.sample,
         "messages": state.messages,
         "final_answer": final,
-        "correct": bool(final is not None and grade(state.problem, final, sandbox)),
+        "correct": correct,
         "finish_reason": state.finish_reason,
         "num_turns": state.turns,
         "num_tokens": state.tokens,

@@ -1,19 +1,25 @@
 """Run model-written Python under bubblewrap with resource limits, and report what happened.
 
 Each program runs in a fresh sandbox: no network, a read-only view of /usr and of the
-Python interpreter's own prefix, a private size-capped /tmp, new pid/ipc/uts namespaces
-and a new session. Inside, a tiny bootstrap sets the rlimits (CPU seconds, address space,
-processes, file size, no core files), drops root to nobody (RLIMIT_NPROC does not bind
-root) and execs the interpreter on the program. The caller reads output incrementally,
-enforces the wall clock and the output cap, and classifies the end as one of STATUSES.
-Nothing the program does raises in the caller.
+Python interpreter's own prefix, a private size-capped /tmp and /dev/shm, new pid, ipc and
+uts namespaces, a new session and a seccomp filter that refuses the system calls a Python
+program has no use for (namespaces, mounts, ptrace, keyrings, bpf, io_uring, raw sockets).
+Inside, a tiny bootstrap joins the run's memory cgroup (when the host lets us make one, so
+the memory cap holds for all of the program's processes together), sets the rlimits (CPU
+seconds, address space, processes, file size, no core files), drops root to a uid of its
+own (RLIMIT_NPROC does not bind root, and counts per uid: a fork bomb in one sandbox must
+not starve the one beside it) and runs the program in that same interpreter (standard
+library only, unless site-packages are asked for). The caller reads output incrementally,
+enforces the wall clock, the output cap and cancellation, and classifies the end as one of
+STATUSES. Nothing the program does raises in the caller.
 """
 
 from __future__ import annotations
 
 import codecs
-import concurrent.futures
 import contextlib
+import copy
+import fcntl
 import json
 import math
 import os
@@ -23,16 +29,20 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import BinaryIO
 
+from reasonrl import seccomp
+from reasonrl.cgroups import MemoryGroup, owner_is_gone
 from reasonrl.errors import ReasonRLError
 
-STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "refused")
+STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "refused", "cancelled")
 
 BWRAP_MISSING = (
     "bubblewrap (bwrap) not found: install it (apt-get install bubblewrap) or set "
@@ -43,7 +53,11 @@ UNSANDBOXED_WARNING = (
     "(network, files and process count are not contained); install bubblewrap"
 )
 
-NOBODY = 65534  # uid/gid the sandboxed program runs as when we are root
+# Uids (and gids) the sandboxed programs run as when we are root: one per running sandbox,
+# held by a lock file so that concurrent processes on one host never share one.
+SANDBOX_UIDS = range(2_100_000_000, 2_100_000_000 + 1024)
+UID_LOCK_DIR = Path(tempfile.gettempdir()) / "reasonrl-sandbox-uids"
+HOST_DIR_PREFIX = "reasonrl-sandbox-"  # + the caller's pid: host folder of one run
 SANDBOX_SCRIPT = "/tmp/main.py"
 _READ_CHUNK = 65536
 _KILL_GRACE_SECONDS = 2.0
@@ -53,13 +67,18 @@ _STDERR_FLOOD_FACTOR = 64  # stderr may exceed the kept cap this many times over
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
 _PROGRAM_FILE_MARK = 'main.py", line '  # how a traceback names a frame of the program itself
 
-# Runs inside the sandbox before the program: limits first (so the program can never raise
-# them; a negative value leaves that limit alone), then the uid drop (root is exempt from
-# RLIMIT_NPROC), then a byte on the ready pipe so the caller can tell "the sandbox could not
-# start" from "the program failed".
+# Runs inside the sandbox before the program: into the run's memory cgroup first (writing 0
+# to cgroup.procs moves the writer; its children are born inside), then limits (so the
+# program can never raise them; a negative value leaves that limit alone), then the uid drop
+# (root is exempt from RLIMIT_NPROC), then a byte on the ready pipe so the caller can tell
+# "the sandbox could not start" from "the program failed". The program then runs in this same
+# interpreter (one interpreter start per run, not two), with unbuffered stdout and stderr as
+# under `python -u`, and site-packages only when asked for.
 _BOOTSTRAP = """\
 import os, resource, sys
-cpu, mem, nproc, fsize, uid, ready = map(int, sys.argv[1:7])
+cpu, mem, nproc, fsize, uid, ready, cgroup, site = map(int, sys.argv[1:9])
+if cgroup >= 0:
+    os.write(cgroup, b"0")
 R = resource
 for kind, soft, hard in ((R.RLIMIT_CPU, cpu, cpu + 1), (R.RLIMIT_AS, mem, mem),
                          (R.RLIMIT_NPROC, nproc, nproc), (R.RLIMIT_FSIZE, fsize, fsize),
@@ -72,7 +91,25 @@ if uid >= 0:
     os.setuid(uid)
 os.write(ready, b"1")
 os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no pipe of ours
-os.execv(sys.argv[7], sys.argv[7:])
+import io
+def unbuffered(fd, errors):
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
+sys.stdout = sys.__stdout__ = unbuffered(1, "strict")
+sys.stderr = sys.__stderr__ = unbuffered(2, "backslashreplace")
+if site:
+    import site as site_module
+    site_module.main()
+path = sys.argv[9]
+with open(path, "rb") as script:
+    code = compile(script.read(), path, "exec")
+sys.argv = [path]
+__file__ = path
+# The program runs in __main__'s namespace, as under `python path`, without our names.
+for name in [n for n in globals() if not n.startswith("__") and n != "code"]:
+    del globals()[name]
+del name
+exec(globals().pop("code"), globals())
 """
 
 # Threaded numeric libraries would otherwise start one thread per core and hit RLIMIT_NPROC.
@@ -138,6 +175,7 @@ _STATUS_NOTES = {
     "memory": "[memory: the program ran out of memory]",
     "output-limit": "[output-limit: the output was too long and was cut; the program was stopped]",
     "refused": "[refused: the sandbox could not run the program]",
+    "cancelled": "[cancelled: the batch was cancelled or ran past its deadline]",
 }
 
 
@@ -166,6 +204,32 @@ def bwrap_available() -> bool:
     return find_bwrap() is not None
 
 
+class CancelToken:
+    """Cancels the programs of a batch: every supervisor waiting on it wakes and kills its own.
+
+    A pipe whose read end turns readable (and stays so) once cancel() writes to it; select()
+    on it costs nothing while nothing is cancelled.
+    """
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self._lock = threading.Lock()
+        self.cancelled = False
+
+    def fileno(self) -> int:
+        return self._read
+
+    def cancel(self) -> None:
+        with self._lock:
+            if not self.cancelled:
+                self.cancelled = True
+                os.write(self._write, b"x")
+
+    def close(self) -> None:
+        os.close(self._read)
+        os.close(self._write)
+
+
 class Sandbox:
     """Runs Python programs under bubblewrap (or, if explicitly allowed, under rlimits only)."""
 
@@ -174,14 +238,22 @@ class Sandbox:
         limits: SandboxLimits = SandboxLimits(),  # noqa: B008 (frozen, so sharing is safe)
         allow_unsandboxed: bool = False,
         workers: int = 2,
+        pool_memory_mb: int = 0,
+        site_packages: bool = False,
     ) -> None:
         self.limits = limits
         self.workers = max(1, workers)
+        self.pool_memory_mb = pool_memory_mb
+        # Without site-packages a program sees the standard library only: the same on every
+        # host, no host .pth file runs inside, and the interpreter starts several times faster.
+        self.site_packages = site_packages
         self.bwrap = find_bwrap()
         if self.bwrap is None:
             if not allow_unsandboxed:
                 raise ReasonRLError(BWRAP_MISSING)
             warnings.warn(UNSANDBOXED_WARNING, RuntimeWarning, stacklevel=2)
+        self.seccomp = seccomp.filter_bytes() if self.bwrap else None
+        self.drops_root = self.bwrap is not None and os.geteuid() == 0
         # In a venv, the base interpreter: the venv (in the project folder) stays outside.
         self.interpreter = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 
@@ -192,39 +264,64 @@ class Sandbox:
             SandboxLimits.from_config(section),
             allow_unsandboxed=bool(section.get("allow_unsandboxed", False)),
             workers=int(section.get("workers", 2)),
+            pool_memory_mb=int(section.get("pool_memory_mb", 0)),
+            site_packages=bool(section.get("site_packages", False)),
         )
 
-    def run(self, code: str, stdin: str = "") -> SandboxResult:
-        """Run one program; never raises for anything the program does."""
+    def with_limits(self, limits: SandboxLimits) -> Sandbox:
+        """The same sandbox (backend, workers, pool memory) with other per-program limits."""
+        other = copy.copy(self)
+        other.limits = limits
+        return other
+
+    def run(
+        self,
+        code: str,
+        stdin: str = "",
+        *,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+    ) -> SandboxResult:
+        """Run one program; never raises for anything the program does.
+
+        cancel: a token whose cancel() stops the program ("cancelled"); deadline: a
+        time.monotonic() instant after which it is stopped ("cancelled"), e.g. its batch's.
+        """
         start = time.monotonic()
+        cancelled = cancel is not None and cancel.cancelled
+        if cancelled or (deadline is not None and deadline <= start):
+            return SandboxResult("cancelled", "", "", None, 0.0)
         try:
-            return self._run(code, stdin, start)
+            return self._run(code, stdin, start, cancel, deadline)
         except Exception as exc:  # the caller must survive a sandbox that cannot start
             message = f"sandbox failed: {type(exc).__name__}: {exc}"
             return SandboxResult("refused", "", message, None, time.monotonic() - start)
 
-    def run_many(self, codes: list[str]) -> list[SandboxResult]:
-        """Run programs concurrently, at most `workers` at once; results in input order."""
-        if not codes:
-            return []
-        with concurrent.futures.ThreadPoolExecutor(min(self.workers, len(codes))) as pool:
-            return list(pool.map(self.run, codes))
+    def run_many(
+        self, codes: list[str], deadline_seconds: float | None = None
+    ) -> list[SandboxResult]:
+        """Run programs in the worker pool; results in input order (see reasonrl.pool)."""
+        from reasonrl.pool import WorkerPool
 
-    def _run(self, code: str, stdin: str, start: float) -> SandboxResult:
+        return WorkerPool(self).run(codes, deadline_seconds=deadline_seconds)
+
+    def _run(
+        self, code: str, stdin: str, start: float, cancel: CancelToken | None, deadline
+    ) -> SandboxResult:
+        _sweep_stale_host_dirs()
         with (
-            tempfile.TemporaryDirectory(prefix="reasonrl-sandbox-") as host_tmp,
-            ExitStack() as files,
+            tempfile.TemporaryDirectory(prefix=f"{HOST_DIR_PREFIX}{os.getpid()}-") as host_tmp,
+            ExitStack() as resources,
         ):
-            script = files.enter_context(_file_with(Path(host_tmp) / "main.py", code))
-            stdin_file = files.enter_context(_file_with(Path(host_tmp) / "stdin", stdin))
-            ready_read, ready_write = (files.enter_context(pipe_end) for pipe_end in _pipe())
-            status_read, status_write = (files.enter_context(pipe_end) for pipe_end in _pipe())
-            command, pass_fds = self._command(
-                script.fileno(), ready_write.fileno(), status_write.fileno()
-            )
+            uid = resources.enter_context(_uid_slot()) if self.drops_root else -1
+            group = MemoryGroup.create(self.limits.memory_mb * 1024 * 1024)
+            if group is not None:
+                resources.callback(group.remove)
+            fds = _SandboxFds(resources, Path(host_tmp), code, stdin, group, self.seccomp)
+            command, pass_fds = self._command(fds, uid)
             process = subprocess.Popen(
                 command,
-                stdin=stdin_file,
+                stdin=fds.stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 pass_fds=pass_fds,
@@ -232,18 +329,19 @@ class Sandbox:
                 env={} if self.bwrap else {**_ENV, "HOME": host_tmp, "TMPDIR": host_tmp},
                 start_new_session=True,
             )
-            ready_write.close()  # so reads see EOF once the sandbox is gone
-            status_write.close()
-            supervisor = _Supervisor(process, status_read.fileno(), self.limits, bool(self.bwrap))
-            return supervisor.wait(ready_read.fileno(), start)
+            fds.close_child_ends()  # so reads see EOF once the sandbox is gone
+            supervisor = _Supervisor(
+                process, fds.status_read.fileno(), self.limits, bool(self.bwrap), group
+            )
+            return supervisor.wait(fds.ready_read.fileno(), start, cancel, deadline)
 
-    def _command(self, script_fd: int, ready_fd: int, status_fd: int) -> tuple[list[str], tuple]:
+    def _command(self, fds: _SandboxFds, uid: int) -> tuple[list[str], tuple]:
         """The argv that runs the bootstrap (in bwrap when we have it) and the fds it needs."""
         limits = self.limits
-        drop_to = NOBODY if (self.bwrap is not None and os.geteuid() == 0) else -1
         # Unsandboxed, RLIMIT_NPROC would count every process of the user (or none, for root),
         # so it is left alone there; in bwrap it counts the sandbox's own processes.
         max_processes = limits.max_processes if self.bwrap is not None else -1
+        cgroup_fd = fds.cgroup.fileno() if fds.cgroup is not None else -1
         bootstrap = [
             self.interpreter,
             "-I",
@@ -254,14 +352,81 @@ class Sandbox:
             str(limits.memory_mb * 1024 * 1024),
             str(max_processes),
             str(limits.file_size_mb * 1024 * 1024),
-            str(drop_to),
-            str(ready_fd),
+            str(uid),
+            str(fds.ready_write.fileno()),
+            str(cgroup_fd),
+            str(int(self.site_packages)),
         ]
+        shared = [fds.ready_write.fileno()] + ([cgroup_fd] if cgroup_fd >= 0 else [])
         if self.bwrap is None:
-            return [*bootstrap, self.interpreter, "-I", "-u", "main.py"], (ready_fd,)
-        program = [self.interpreter, "-I", "-u", SANDBOX_SCRIPT]
-        bwrap = [self.bwrap, *_bwrap_options(limits, self.interpreter, script_fd, status_fd)]
-        return [*bwrap, "--", *bootstrap, *program], (ready_fd, script_fd, status_fd)
+            return [*bootstrap, "main.py"], tuple(shared)
+        options = _bwrap_options(
+            limits, self.interpreter, fds.script.fileno(), fds.status_write.fileno()
+        )
+        bwrap_fds = [fds.script.fileno(), fds.status_write.fileno()]
+        if fds.seccomp is not None:
+            options += ["--seccomp", str(fds.seccomp.fileno())]
+            bwrap_fds.append(fds.seccomp.fileno())
+        return [self.bwrap, *options, "--", *bootstrap, SANDBOX_SCRIPT], tuple(shared + bwrap_fds)
+
+
+class _SandboxFds:
+    """The files and pipes one run hands to bwrap and the bootstrap (closed by `resources`)."""
+
+    def __init__(
+        self,
+        resources: ExitStack,
+        host_tmp: Path,
+        code: str,
+        stdin: str,
+        group: MemoryGroup | None,
+        seccomp_filter: bytes | None,
+    ) -> None:
+        self.script = resources.enter_context(_file_with(host_tmp / "main.py", code))
+        self.stdin = resources.enter_context(_file_with(host_tmp / "stdin", stdin))
+        self.ready_read, self.ready_write = (resources.enter_context(end) for end in _pipe())
+        self.status_read, self.status_write = (resources.enter_context(end) for end in _pipe())
+        self.cgroup = None
+        if group is not None:
+            self.cgroup = resources.enter_context(os.fdopen(group.open_procs(), "wb", 0))
+        self.seccomp = None
+        if seccomp_filter is not None:
+            path = host_tmp / "seccomp.bpf"
+            path.write_bytes(seccomp_filter)
+            self.seccomp = resources.enter_context(open(path, "rb"))  # noqa: SIM115
+
+    def close_child_ends(self) -> None:
+        self.ready_write.close()
+        self.status_write.close()
+        if self.cgroup is not None:
+            self.cgroup.close()
+
+
+def _sweep_stale_host_dirs() -> None:
+    """Remove the host folders of runs whose caller was killed before it could."""
+    with contextlib.suppress(OSError):
+        for path in Path(tempfile.gettempdir()).glob(f"{HOST_DIR_PREFIX}*"):
+            if owner_is_gone(path.name, HOST_DIR_PREFIX):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _uid_slot() -> Iterator[int]:
+    """A sandbox uid that no other running sandbox on this host holds (a flock per uid)."""
+    UID_LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+    for uid in SANDBOX_UIDS:
+        fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield uid
+        finally:
+            os.close(fd)  # releases the lock
+        return
+    raise ReasonRLError(f"all {len(SANDBOX_UIDS)} sandbox uids are in use on this host")
 
 
 def _bwrap_options(limits: SandboxLimits, interpreter: str, script_fd: int, status_fd: int):
@@ -281,6 +446,8 @@ def _bwrap_options(limits: SandboxLimits, interpreter: str, script_fd: int, stat
     options += ["--proc", "/proc", "--dev", "/dev"]
     tmp_bytes = str(limits.file_size_mb * 1024 * 1024)
     options += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+    # multiprocessing's locks live in /dev/shm: a private, capped one, like /tmp
+    options += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm"]
     options += ["--perms", "0444", "--ro-bind-data", str(script_fd), SANDBOX_SCRIPT]
     for prefix in _interpreter_prefixes(interpreter):
         options += _bind_with_parents(prefix)
@@ -313,12 +480,20 @@ def _bind_with_parents(prefix: str) -> list[str]:
 class _Supervisor:
     """Reads a running sandbox's output, enforces wall clock and output cap, and classifies."""
 
-    def __init__(self, process: subprocess.Popen, status_fd: int, limits, sandboxed: bool):
+    def __init__(
+        self,
+        process: subprocess.Popen,
+        status_fd: int,
+        limits: SandboxLimits,
+        sandboxed: bool,
+        group: MemoryGroup | None,
+    ) -> None:
         self.process = process
         self.pidfd = os.pidfd_open(process.pid)  # readable once our child (bwrap) exits
         self.status_fd = status_fd
         self.limits = limits
         self.sandboxed = sandboxed
+        self.group = group
         self.status_text = b""
         self.sandbox_pid: int | None = None  # host pid of pid 1 of the sandbox's pid namespace
         self.decoders = {
@@ -328,9 +503,19 @@ class _Supervisor:
         self.text = {"stdout": "", "stderr": ""}
         self.chars_seen = {"stdout": 0, "stderr": 0}
 
-    def wait(self, ready_fd: int, start: float) -> SandboxResult:
+    def wait(
+        self,
+        ready_fd: int,
+        start: float,
+        cancel: CancelToken | None = None,
+        deadline: float | None = None,
+    ) -> SandboxResult:
+        wall_deadline = start + self.limits.wall_seconds
+        stop_at = wall_deadline if deadline is None else min(wall_deadline, deadline)
         try:
-            stopped_for = self._pump(start + self.limits.wall_seconds)
+            stopped_for = self._pump(stop_at, cancel)
+            if stopped_for == "timeout" and stop_at < wall_deadline:
+                stopped_for = "cancelled"  # the batch's deadline came before the program's own
         finally:
             # Without bwrap, background processes may outlive the program: kill its group.
             if not self.sandboxed or not _wait_readable(self.pidfd, 0):
@@ -341,18 +526,22 @@ class _Supervisor:
         status, returncode = self._classify(stopped_for, exitcode, ready, duration)
         return SandboxResult(status, self.text["stdout"], self.text["stderr"], returncode, duration)
 
-    def _pump(self, deadline: float) -> str | None:
-        """Read until the program exits and its pipes close; 'timeout' or 'output-limit' if cut."""
+    def _pump(self, deadline: float, cancel: CancelToken | None) -> str | None:
+        """Read until the program exits and its pipes close; why it was cut, if it was."""
         with selectors.DefaultSelector() as selector:
             selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
             selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
             selector.register(self.status_fd, selectors.EVENT_READ, "status")
             selector.register(self.pidfd, selectors.EVENT_READ, "exit")
-            while selector.get_map():
+            if cancel is not None:
+                selector.register(cancel.fileno(), selectors.EVENT_READ, "cancel")
+            while len(selector.get_map()) > (cancel is not None):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return "timeout"
                 for key, _ in selector.select(remaining):
+                    if key.data == "cancel":
+                        return "cancelled"
                     if key.data == "exit":
                         selector.unregister(self.pidfd)
                         continue
@@ -417,6 +606,8 @@ class _Supervisor:
         returncode = self._program_returncode(exitcode)
         if returncode == 0:
             return "ok", returncode
+        if self.group is not None and self.group.oom_killed():
+            return "memory", returncode
         if self._hit_cpu_limit(returncode, duration):
             return "timeout", returncode
         last_line = (self.text["stderr"].strip().splitlines() or [""])[-1]

@@ -7,9 +7,9 @@ their unit tests in the sandbox.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
+from reasonrl.code_eval import FENCE, check_many, sanitize, suite_timeout
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import load_schema
 from reasonrl.tasks import arith, loaders, pycode
@@ -27,7 +27,6 @@ CODE_INSTRUCTION = (
     "Complete the function above. Answer with the whole function in one ```python code block."
 )
 STYLES = ("tool", "cot")
-CODE_BLOCK = re.compile(r"```python[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
 BUILDERS = {
     "arith": arith.build,
     "pycode": pycode.build,
@@ -95,40 +94,49 @@ def _last_assistant_text(messages: list[dict]) -> str | None:
 
 
 def extract_final(problem: dict, messages: list[dict]) -> str | None:
-    """The final answer (math) or the full program (code) of a trajectory; None if absent."""
+    """The final answer (math) or the full program (code) of a trajectory; None if absent.
+
+    The program is the prompt followed by the sanitised code of the last model turn
+    (reasonrl.code_eval.sanitize): a whole function replaces the prompt's stub, a body is
+    put under the prompt's signature.
+    """
     text = _last_assistant_text(messages)
     if text is None:
         return None
     if not is_code_task(problem):
         return extract_answer(text)
-    blocks = CODE_BLOCK.findall(text)
-    return _complete_program(problem["code"], blocks[-1]) if blocks else None
-
-
-def _complete_program(code: dict, block: str) -> str:
-    """The prompt's definitions plus the model's code.
-
-    A block that defines the entry point replaces the prompt's stub (the prompt runs first so
-    its imports and helper functions exist); a block without it is taken as the body.
-    """
-    prompt = code["prompt"]
-    if re.search(rf"^\s*def\s+{re.escape(code['entry_point'])}\s*\(", block, re.MULTILINE):
-        # The stub's body is indented like the prompt's last line (its docstring's end).
-        indent = re.match(r"[ \t]*", prompt.rstrip("\n").rsplit("\n", 1)[-1])[0]
-        return f"{prompt}{indent}pass\n\n\n{block}"
-    return prompt + block
+    if not FENCE.search(text):
+        return None
+    return problem["code"]["prompt"] + sanitize(problem["code"], text)
 
 
 def program_with_tests(problem: dict, program: str) -> str:
-    """The program followed by the problem's tests and the call that runs them."""
+    """The program followed by the problem's tests and the call that runs them, exactly as
+    the official HumanEval harness puts them together."""
     code = problem["code"]
-    return f"{program}\n\n{code['test']}\n\ncheck({code['entry_point']})\n"
+    return f"{program}\n{code['test']}\ncheck({code['entry_point']})"
+
+
+def grade_many(problems: list[dict], finals: list[str | None], sandbox: Sandbox) -> list[bool]:
+    """Whether each final answer is right: math answers by equivalence, programs by their
+    tests, run together in the sandbox's worker pool."""
+    correct = [False] * len(problems)
+    code_rows = []
+    for i, (problem, final) in enumerate(zip(problems, finals, strict=True)):
+        if final is None:
+            continue
+        if is_code_task(problem):
+            code_rows.append(i)
+        else:
+            correct[i] = answers_equal(final, problem["answer"])
+    if code_rows:
+        programs = [program_with_tests(problems[i], finals[i]) for i in code_rows]
+        verdicts = check_many(sandbox, programs, suite_timeout(None))
+        for i, verdict in zip(code_rows, verdicts, strict=True):
+            correct[i] = verdict.passed
+    return correct
 
 
 def grade(problem: dict, final: str | None, sandbox: Sandbox) -> bool:
     """Math: the answer equals the gold one; code: the program passes its tests in the sandbox."""
-    if final is None:
-        return False
-    if not is_code_task(problem):
-        return answers_equal(final, problem["answer"])
-    return sandbox.run(program_with_tests(problem, final)).status == "ok"
+    return grade_many([problem], [final], sandbox)[0]

@@ -1,0 +1,159 @@
+"""The worker pool: order, bounds, per-program results, cancellation, deadlines, interrupts."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_sandbox_battery import children_of, sandbox_processes
+
+from reasonrl.cgroups import memory_parent, owner_is_gone
+from reasonrl.pool import Program, WorkerPool
+from reasonrl.sandbox import Sandbox, SandboxLimits
+
+pytestmark = pytest.mark.timeout(120)
+
+LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=20, memory_mb=256, max_output_chars=64)
+# Each program prints when it ran (the host and the sandbox share the wall clock).
+TIMED = "import time\nstart = time.time()\ntime.sleep({seconds})\nprint(start, time.time())\n"
+
+
+def max_overlap(results) -> int:
+    """The most programs that ran at the same moment, from their printed start/end times."""
+    events = []
+    for result in results:
+        start, end = map(float, result.stdout.split())
+        events += [(start, 1), (end, -1)]
+    running = most = 0
+    for _, change in sorted(events, key=lambda e: (e[0], e[1])):
+        running += change
+        most = max(most, running)
+    return most
+
+
+def assert_nothing_left() -> None:
+    deadline = time.monotonic() + 3
+    while (sandbox_processes() or children_of(os.getpid())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
+    assert children_of(os.getpid()) == set()  # zombies are children too, until reaped
+
+
+def test_results_in_order_with_status_duration_and_capped_output():
+    programs = [
+        "import time\ntime.sleep(0.6)\nprint('first')",
+        "print('x' * 1000)",
+        "1/0",
+        Program("print(input())", stdin="from stdin"),
+        Program("import time\ntime.sleep(5)", limits=SandboxLimits(wall_seconds=0.5)),
+    ]
+    results = WorkerPool(Sandbox(LIMITS), workers=3).run(programs)
+    assert [r.status for r in results] == ["ok", "output-limit", "error", "ok", "timeout"]
+    assert results[0].stdout == "first\n" and results[0].duration >= 0.6
+    assert len(results[1].stdout) == LIMITS.max_output_chars
+    assert results[2].stderr.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert results[3].stdout == "from stdin\n"
+    assert 0.5 <= results[4].duration < 2
+    assert WorkerPool(Sandbox(LIMITS)).run([]) == []
+
+
+def test_workers_bound_how_many_run_at_once():
+    programs = [TIMED.format(seconds=0.8)] * 6
+    results = WorkerPool(Sandbox(LIMITS), workers=2).run(programs)
+    assert max_overlap(results) == 2
+    assert WorkerPool(Sandbox(LIMITS), workers=3).concurrency == 3
+
+
+def test_memory_budget_bounds_how_many_run_at_once():
+    sandbox = Sandbox(LIMITS, workers=4, pool_memory_mb=2 * LIMITS.memory_mb)
+    pool = WorkerPool(sandbox)
+    assert pool.concurrency == 2
+    assert max_overlap(pool.run([TIMED.format(seconds=0.8)] * 5)) == 2
+    assert WorkerPool(sandbox, memory_mb=LIMITS.memory_mb // 2).concurrency == 1
+
+
+def test_cancel_stops_running_and_pending_programs():
+    pool = WorkerPool(Sandbox(LIMITS), workers=2)
+    threading.Timer(1.0, pool.cancel).start()
+    started = time.monotonic()
+    results = pool.run(["import time\ntime.sleep(30)"] * 6)
+    assert [r.status for r in results] == ["cancelled"] * 6
+    assert time.monotonic() - started < 5
+    assert results[0].output.startswith("[cancelled: the batch was cancelled")
+    assert_nothing_left()
+    assert pool.run(["print(1)"])[0].status == "ok"  # the next batch is not cancelled
+
+
+def test_batch_deadline_cancels_what_has_not_finished():
+    programs = ["print('quick')", "print('quick')"] + ["import time\ntime.sleep(30)"] * 4
+    started = time.monotonic()
+    results = WorkerPool(Sandbox(LIMITS), workers=2).run(programs, deadline_seconds=1.5)
+    assert [r.status for r in results] == ["ok", "ok"] + ["cancelled"] * 4
+    assert time.monotonic() - started < 4
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("interrupt", ["ctrl-c", "flagged"])
+def test_interrupted_caller_leaves_no_process_or_zombie(interrupt):
+    send = {
+        "ctrl-c": lambda: os.kill(os.getpid(), signal.SIGINT),
+        "flagged": _thread.interrupt_main,
+    }[interrupt]
+    threading.Timer(1.0, send).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        WorkerPool(Sandbox(LIMITS), workers=2).run(["import time\ntime.sleep(30)"] * 4)
+    assert time.monotonic() - started < 5
+    assert_nothing_left()
+
+
+CALLER = """
+import sys
+from reasonrl.pool import WorkerPool
+from reasonrl.sandbox import Sandbox, SandboxLimits
+pool = WorkerPool(Sandbox(SandboxLimits(wall_seconds=60)), workers=3)
+print("started", flush=True)
+pool.run(["import os, time\\nif os.fork() == 0:\\n    os.setsid()\\ntime.sleep(60)"] * 6)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_caller_process_stopped_by_a_signal_leaves_no_sandbox_behind(how, tmp_path: Path):
+    caller = subprocess.Popen(
+        [sys.executable, "-c", CALLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert caller.stdout.readline() == b"started\n"
+    deadline = time.monotonic() + 10
+    while len(sandbox_processes()) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)  # three sandboxes, each a program and its setsid child
+    assert len(sandbox_processes()) >= 6
+    caller.send_signal(how)
+    caller.wait(timeout=10)
+    caller.stdout.close()
+    caller.stderr.close()
+    assert_nothing_left()
+    # A caller killed outright leaves its host folders and cgroups; the next run removes them.
+    assert Sandbox(LIMITS).run("pass").status == "ok"
+    left = [p.name for p in Path(tempfile.gettempdir()).glob(f"reasonrl-sandbox-{caller.pid}-*")]
+    parent = memory_parent()
+    if parent is not None:
+        left += [p.name for p in parent[0].glob(f"reasonrl-sandbox-{caller.pid}-*")]
+    assert left == []
+
+
+def test_only_folders_of_gone_pids_count_as_stale():
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    assert owner_is_gone(f"reasonrl-sandbox-{int(gone.stdout)}-abc")
+    assert not owner_is_gone(f"reasonrl-sandbox-{os.getpid()}-abc")
+    assert not owner_is_gone("reasonrl-sandbox-12345678")  # the old naming, no pid
+    assert not owner_is_gone("reasonrl-sandbox-uids")

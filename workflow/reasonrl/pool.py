@@ -1,0 +1,134 @@
+"""The worker pool: many programs, one sandbox each, a bounded number at a time.
+
+Every program that reasonrl runs (the tool loop's cells, code grading, benchmark
+evaluation) goes through `WorkerPool.run` (or `Sandbox.run`, which it calls): results come
+back in input order with their status, duration and capped output. At most `workers`
+sandboxes run at once, and fewer when `memory_mb` (the pool's memory budget) cannot hold
+that many sandboxes' memory caps. A batch can be cancelled (`cancel()`, from any thread) or
+given a deadline; programs still running are killed and those not started are not started
+("cancelled"). Worker threads only wait on their sandboxes, so an interrupt of the caller
+(KeyboardInterrupt, any exception) cancels the batch and returns only once every sandbox
+is killed and reaped: no process and no zombie outlives a batch.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult
+
+_POLL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class Program:
+    """A program of a batch; limits=None takes the pool's sandbox limits."""
+
+    code: str
+    stdin: str = ""
+    limits: SandboxLimits | None = None
+
+
+class WorkerPool:
+    """Runs batches of programs in sandboxes of `sandbox`, at most `concurrency` at once."""
+
+    def __init__(
+        self, sandbox: Sandbox, workers: int | None = None, memory_mb: int | None = None
+    ) -> None:
+        self.sandbox = sandbox
+        workers = sandbox.workers if workers is None else workers
+        memory_mb = sandbox.pool_memory_mb if memory_mb is None else memory_mb
+        self.concurrency = max(1, workers)
+        if memory_mb:
+            self.concurrency = min(self.concurrency, memory_mb // sandbox.limits.memory_mb)
+            self.concurrency = max(1, self.concurrency)
+        self._token: CancelToken | None = None
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Stop the batch in progress (if any): its remaining programs end "cancelled"."""
+        with self._lock:
+            if self._token is not None:
+                self._token.cancel()
+
+    def run(
+        self,
+        programs: Sequence[str | Program],
+        deadline_seconds: float | None = None,
+        progress: str | None = None,
+    ) -> list[SandboxResult]:
+        """Run a batch; results in input order.
+
+        deadline_seconds: the whole batch's time; what has not finished by then is
+        "cancelled". progress: a description to show a progress bar with (None: no bar).
+        """
+        items = [p if isinstance(p, Program) else Program(p) for p in programs]
+        if not items:
+            return []
+        deadline = None if deadline_seconds is None else time.monotonic() + deadline_seconds
+        token = CancelToken()
+        with self._lock:
+            self._token = token
+        try:
+            return self._run_batch(items, token, deadline, progress)
+        finally:
+            with self._lock:
+                self._token = None
+            token.close()
+
+    def _run_batch(
+        self, items: list[Program], token: CancelToken, deadline: float | None, progress
+    ) -> list[SandboxResult]:
+        results: list[SandboxResult | None] = [None] * len(items)
+        todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for index in range(len(items)):
+            todo.put(index)
+        finished: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+        def work() -> None:
+            while True:
+                try:
+                    index = todo.get_nowait()
+                except queue.Empty:
+                    return
+                item = items[index]
+                sandbox = self.sandbox
+                if item.limits is not None:
+                    sandbox = sandbox.with_limits(item.limits)
+                results[index] = sandbox.run(item.code, item.stdin, cancel=token, deadline=deadline)
+                finished.put(index)
+
+        threads = [
+            threading.Thread(target=work, name=f"sandbox-worker-{i}", daemon=True)
+            for i in range(min(self.concurrency, len(items)))
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            with tqdm(total=len(items), desc=progress, disable=progress is None) as bar:
+                for _ in items:
+                    _wait_for(finished)
+                    bar.update()
+        except BaseException:
+            token.cancel()  # the caller was interrupted: kill what runs, start nothing new
+            raise
+        finally:
+            for thread in threads:
+                thread.join()
+        return results  # type: ignore[return-value]  (every index was filled)
+
+
+def _wait_for(finished: queue.SimpleQueue) -> int:
+    """The next finished index; waits in short slices so the caller's interrupts get through
+    even when they are only flagged (as _thread.interrupt_main does), not signalled."""
+    while True:
+        try:
+            return finished.get(timeout=_POLL_SECONDS)
+        except queue.Empty:
+            continue
