@@ -185,7 +185,7 @@ def preference_train(args: argparse.Namespace, config: dict) -> None:
 def select_best(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.preference.stages import select_best as pick
 
-    result = pick(args.selection, args.out)
+    result = pick(args.selection, args.out_dir)
     log.info("best by held-out selection accuracy: %s", result["best"])
 
 
@@ -266,8 +266,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", help="cached reference log-probs (not needed by RAFT)")
     p.add_argument("--out", required=True)
     p = stage("select-best", select_best, "best round by held-out selection accuracy")
-    p.add_argument("--selection", nargs="+", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--selection", nargs="+", required=True, help="selection metrics per round")
+    p.add_argument("--out-dir", required=True)
     p = stage("preference-table", preference_table, "held-out pass@1 table of the variants")
     p.add_argument("--row", action="append", required=True, help="LABEL=POLICY:METRICS")
     p.add_argument("--best", nargs="*")

@@ -170,28 +170,34 @@ rule select_best:
     input:
         selection=lambda wildcards: selection_metrics(wildcards.method),
     output:
-        "results/selection/best/{method}.json",
+        best="results/selection/{method}-best/best.json",
+        table="results/selection/{method}-best/best.csv",
     log:
-        "logs/selection/best/{method}.log",
+        "logs/selection/{method}-best.log",
     benchmark:
-        "benchmarks/selection/best/{method}.tsv"
+        "benchmarks/selection/{method}-best.tsv"
     conda:
         CONDA_ENV
+    params:
+        out_dir=subpath(output.best, parent=True),
     shell:
-        "reasonrl select-best --selection {input.selection:q} --out {output:q} > {log:q} 2>&1"
+        "reasonrl select-best --selection {input.selection:q} --out-dir {params.out_dir:q}"
+        " > {log:q} 2>&1"
 
 
 rule preference_table:
     input:
         metrics=[path for _, _, path in table_rows()],
-        best=expand("results/selection/best/{method}.json", method=preference_methods()),
+        best=expand(
+            "results/selection/{method}-best/best.json", method=preference_methods()
+        ),
     output:
-        csv="results/report/preference_table.csv",
-        md="results/report/preference_table.md",
+        csv="results/report/preference/table.csv",
+        md="results/report/preference/table.md",
     log:
-        "logs/report/preference_table.log",
+        "logs/report/preference.log",
     benchmark:
-        "benchmarks/report/preference_table.tsv"
+        "benchmarks/report/preference.tsv"
     conda:
         CONDA_ENV
     params:

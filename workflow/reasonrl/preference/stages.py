@@ -355,21 +355,26 @@ def _read_reference(path: str | None, rows: list[dict], paired: bool) -> list:
 # ---- best checkpoint and the table -------------------------------------------------------------
 
 
-def select_best(selection_metrics: list[str], out_path: str) -> dict:
+def select_best(selection_metrics: list[str], out_dir: str) -> dict:
     """The round with the highest held-out selection accuracy (the earliest on ties)."""
     rounds = []
     for path in selection_metrics:
         metrics = read_json(path)
+        low, high = metrics["greedy_pass@1_ci"]
         rounds.append(
             {
                 "policy": metrics["policy"],
                 "selection_pass@1": metrics["greedy_pass@1"],
-                "path": path,
+                "ci_low": low,
+                "ci_high": high,
+                "n_problems": metrics["n_problems"],
             }
         )
     best = max(rounds, key=lambda r: r["selection_pass@1"])
     result = {"best": best["policy"], "rounds": rounds}
-    write_json(out_path, result)
+    out = Path(out_dir)
+    write_json(out / "best.json", result)
+    write_csv(out / "best.csv", [{**r, "best": r is best} for r in rounds])
     return result
 
 
@@ -397,9 +402,9 @@ def write_table(rows_in: list[tuple[str, str, str]], best_paths: list[str], out_
     for row in rows:
         row["ci_above_baseline"] = row["ci_low"] > baseline_high
     out = Path(out_dir)
-    write_csv(out / "preference_table.csv", rows)
+    write_csv(out / "table.csv", rows)
     header = "| " + " | ".join(rows[0]) + " |"
     lines = [header, "|" + " --- |" * len(rows[0])]
     lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
-    write_text(out / "preference_table.md", "\n".join(lines) + "\n")
+    write_text(out / "table.md", "\n".join(lines) + "\n")
     return rows
