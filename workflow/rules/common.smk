@@ -73,7 +73,7 @@ def policy_style(policy):
 
 def evaluated_policies():
     sft = [f"sft-{variant}" for variant in config["sft"]["variants"]]
-    return ["base"] + sft + preference_policies()
+    return ["base", *sft, *preference_policies()]
 
 
 def eval_metrics():
@@ -151,10 +151,11 @@ def sampler_models(wildcards):
 
 def sampler_args(wildcards):
     counts = PREFERENCE["sampling"]
-    return " ".join(
-        "--sampler " + shlex.quote(f"{policy}=results/models/{policy}:{counts[which]}")
+    specs = [
+        f"{policy}=results/models/{policy}:{counts[which]}"
         for which, policy in samplers(wildcards).items()
-    )
+    ]
+    return repeated_flag("--sampler", specs)
 
 
 def labelled_dir(method, r):
@@ -234,7 +235,5 @@ def table_rows():
 
 
 def table_row_args(wildcards, input):
-    return " ".join(
-        "--row " + shlex.quote(f"{label}={policy}:{path}")
-        for label, policy, path in table_rows()
-    )
+    specs = [f"{label}={policy}:{path}" for label, policy, path in table_rows()]
+    return repeated_flag("--row", specs)
