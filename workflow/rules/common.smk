@@ -201,13 +201,12 @@ def preference_shared_json(*sections):
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
 
-def selection_config_json():
+def selection_config_json(task):
     """The evaluation config for the held-out selection set: greedy pass@1 only, so sampling
     settings do not rerun it."""
     sections = ("evaluation", "policy", "rollout", "generation", "sandbox", "tasks")
-    reduced = json.loads(shlex.split(config_json(*sections))[0])
-    evaluation = reduced["evaluation"]
-    reduced["evaluation"] = {"tasks": evaluation["tasks"], "n_samples": 0, "k": [1]}
+    reduced = json.loads(shlex.split(config_json(*sections, task=task))[0])
+    reduced["evaluation"] = {"tasks": [task], "n_samples": 0, "k": [1]}
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
 

@@ -158,7 +158,7 @@ rule evaluate_selection:
         CONDA_ENV
     threads: TORCH_THREADS
     params:
-        config=selection_config_json(),
+        config=lambda wildcards: selection_config_json(wildcards.task),
         out_dir=subpath(output.metrics, parent=True),
     shell:
         "reasonrl evaluate --config-json {params.config} --model {input.model:q}"
