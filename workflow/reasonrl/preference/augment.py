@@ -255,7 +255,8 @@ def deduplicate(texts: list[str], n: int, threshold: float) -> tuple[list[int], 
     kept: list[int] = []
     for i in exact_kept:
         signature = _minhash(shingles[i], a, b)
-        keys = [(band, *signature[band * rows : (band + 1) * rows]) for band in range(16)]
+        bands = range(MINHASH_BANDS)
+        keys = [(band, *signature[band * rows : (band + 1) * rows]) for band in bands]
         candidates = {j for key in keys for j in buckets.get(key, [])}
         if any(jaccard(shingles[i], shingles[j]) >= threshold for j in candidates):
             continue
