@@ -58,12 +58,21 @@ def test_default_dag_builds_tiny_policy_sfts_both_styles_and_evaluates_three_pol
         "make_task_data": 2,
         "build_tiny_policy": 1,
         "sft": 2,
-        "evaluate": 3,
+        "evaluate": 6,
         "report": 1,
+        "augment_prompts": 1,
+        "sample_round": 3,
+        "label_preferences": 3,
+        "reference_logps": 3,
+        "preference_train": 3,
+        "evaluate_selection": 4,
+        "select_best": 1,
+        "preference_table": 1,
         "all": 1,
     }
     evaluations = {job["wildcards"] for job in dry_run_jobs(result) if job["rule"] == "evaluate"}
-    assert evaluations == {f"policy={p}, task=arith" for p in ("base", "sft-tool", "sft-cot")}
+    policies = ("base", "sft-tool", "sft-cot", "mdpo-round1", "mdpo-round2", "mdpo-round3")
+    assert evaluations == {f"policy={p}, task=arith" for p in policies}
 
 
 def test_smollm2_config_converts_the_gguf_and_needs_no_tokenizer_corpus(snakemake):
@@ -102,12 +111,23 @@ def test_each_stage_gets_only_its_config_sections(snakemake):
         "sft": {"seed", "sft", "policy"},
         "evaluate": {"seed", "evaluation", "policy", "rollout", "generation", "sandbox", "tasks"},
         "report": {"seed", "evaluation"},
+        "augment_prompts": {"seed", "preference", "generation", "policy"},
+        "sample_round": {"seed", "preference", "rollout", "generation", "sandbox", "policy"},
+        "label_preferences": {"seed", "preference"},
+        "reference_logps": {"seed", "preference", "policy"},
+        "preference_train": {"seed", "preference", "policy"},
     }
     for job in dry_run_jobs(snakemake("-n", "-p")):
         if job["rule"] in expected:
             config = cli_config(job)
             assert set(config) == expected[job["rule"]], job["rule"]
-            if "task" in job.get("wildcards", ""):
+            if "preference" in config:
+                # methods share rounds' data; a method's own stages see only its variant
+                variants = config["preference"].get("variants")
+                assert variants is None or [v["name"] for v in variants] == [
+                    job["wildcards"].split("method=")[1].split(",")[0]
+                ]
+            if "task" in job.get("wildcards", "") and "tasks" in config:
                 # A task's jobs see only that task, so editing another task reruns nothing here.
                 assert list(config["tasks"]) == [job["wildcards"].split("task=")[1]]
 
@@ -180,7 +200,9 @@ def test_run_writes_a_log_and_benchmark_per_job(test_run):
         for p in test_run.rglob("benchmarks/**/*.tsv")
     }
     assert logs == benchmarks
-    assert len(logs) == 9  # 2 data, base, 2 sft, 3 evaluations, report
+    # 2 data, base, 2 sft, 4 evaluations, report; one M-DPO round: prompts, samples, labels,
+    # reference, training, 2 selection evaluations, best round, table
+    assert len(logs) == 19
 
 
 @pytest.mark.workflow
@@ -196,7 +218,7 @@ def test_config_change_reruns_only_the_stages_that_read_it(snakemake, test_run):
     config["evaluation"]["temperature"] = 0.7
     (test_run / "config/changed.yaml").write_text(yaml.safe_dump(config))
     result = snakemake("-n", "--configfile", "config/changed.yaml", cwd=test_run)
-    assert rule_counts(result) == {"evaluate": 3, "report": 1, "all": 1}
+    assert rule_counts(result) == {"evaluate": 4, "report": 1, "preference_table": 1, "all": 1}
 
 
 @pytest.mark.workflow

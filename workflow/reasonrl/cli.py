@@ -158,6 +158,74 @@ def report(args: argparse.Namespace, config: dict) -> None:
     write_report(args.metrics, args.out_dir, train_metrics_paths=args.train_metrics or [])
 
 
+def augment_prompts(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.preference.stages import run_augment
+
+    eval_sets = dict(_name_value(item, "--eval-set") for item in args.eval_set or [])
+    run_augment(config, args.task, args.train, eval_sets, args.rounds, args.out_dir)
+
+
+def _name_value(item: str, flag: str) -> tuple[str, str]:
+    name, sep, value = item.partition("=")
+    if not sep or not name or not value:
+        raise ReasonRLError(f"{flag} expects NAME=VALUE, got '{item}'")
+    return name, value
+
+
+def sample_round(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.preference.stages import run_sampling
+
+    samplers = []
+    for item in args.sampler:
+        name, spec = _name_value(item, "--sampler")
+        model, sep, count = spec.rpartition(":")
+        if not sep or not count.isdigit():
+            raise ReasonRLError(f"--sampler expects NAME=MODEL:N, got '{item}'")
+        samplers.append((name, model, int(count)))
+    run_sampling(config, args.prompts, samplers, args.round, args.out_dir)
+
+
+def label_preferences(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.preference.stages import run_labelling
+
+    run_labelling(config, args.samples, args.round, args.out_dir)
+
+
+def reference_logps(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.preference.stages import run_reference
+
+    run_reference(config, args.variant, args.model, args.data, args.out)
+
+
+def preference_train(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.preference.stages import run_training
+
+    metrics = run_training(config, args.variant, args.model, args.data, args.reference, args.out)
+    log.info(
+        "%s: final loss %.4f after %d steps", args.out, metrics["final_loss"], metrics["steps"]
+    )
+
+
+def select_best(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.preference.stages import select_best as pick
+
+    result = pick(args.selection, args.out_dir)
+    log.info("best by held-out selection accuracy: %s", result["best"])
+
+
+def preference_table(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.preference.stages import write_table
+
+    rows = []
+    for item in args.row:
+        label, _, rest = item.partition("=")
+        policy, sep, path = rest.partition(":")
+        if not sep:
+            raise ReasonRLError(f"--row expects LABEL=POLICY:METRICS, got '{item}'")
+        rows.append((label, policy, path))
+    write_table(rows, args.best or [], args.out_dir)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reasonrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -203,6 +271,39 @@ def _parser() -> argparse.ArgumentParser:
     p = stage("report", report, "tables and plots of all evaluations")
     p.add_argument("--metrics", nargs="+", required=True)
     p.add_argument("--train-metrics", nargs="*")
+    p.add_argument("--out-dir", required=True)
+    p = stage("augment-prompts", augment_prompts, "rephrased/backward prompts, dedup, decontam")
+    p.add_argument("--task", required=True)
+    p.add_argument("--train", required=True, help="the task's train problems JSONL")
+    p.add_argument("--eval-set", action="append", help="NAME=PATH of an evaluation set")
+    p.add_argument("--rounds", type=int, required=True, help="disjoint prompt sets to make")
+    p.add_argument("--out-dir", required=True)
+    p = stage("sample-round", sample_round, "N tool-loop trajectories per prompt, mixed policies")
+    p.add_argument("--prompts", required=True)
+    p.add_argument("--sampler", action="append", required=True, help="NAME=MODEL:N (repeatable)")
+    p.add_argument("--round", type=int, required=True)
+    p.add_argument("--out-dir", required=True)
+    p = stage("label-preferences", label_preferences, "win/lose pairs, KTO and RAFT rows")
+    p.add_argument("--samples", required=True)
+    p.add_argument("--round", type=int, required=True)
+    p.add_argument("--out-dir", required=True)
+    p = stage("reference-logps", reference_logps, "cache a round's reference log-probs")
+    p.add_argument("--variant", required=True)
+    p.add_argument("--model", required=True, help="reference policy folder")
+    p.add_argument("--data", required=True, help="the round's labelled data folder")
+    p.add_argument("--out", required=True)
+    p = stage("preference-train", preference_train, "one M-DPO/M-KTO/DPO/KTO/RAFT round")
+    p.add_argument("--variant", required=True)
+    p.add_argument("--model", required=True, help="the previous round's policy")
+    p.add_argument("--data", required=True)
+    p.add_argument("--reference", help="cached reference log-probs (not needed by RAFT)")
+    p.add_argument("--out", required=True)
+    p = stage("select-best", select_best, "best round by held-out selection accuracy")
+    p.add_argument("--selection", nargs="+", required=True, help="selection metrics per round")
+    p.add_argument("--out-dir", required=True)
+    p = stage("preference-table", preference_table, "held-out pass@1 table of the variants")
+    p.add_argument("--row", action="append", required=True, help="LABEL=POLICY:METRICS")
+    p.add_argument("--best", nargs="*")
     p.add_argument("--out-dir", required=True)
     return parser
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from reasonrl.io import load_schema
 
 def _fill_defaults(schema: dict, instance: Any) -> Any:
     """Return `instance` with every missing property set to its schema default, recursively."""
+    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        return [_fill_defaults(schema["items"], item) for item in instance]
     if not isinstance(instance, dict) or schema.get("type") != "object":
         return instance
     filled = dict(instance)
@@ -67,7 +70,26 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
                     f"{source}: config key '{section}.tasks' names '{name}', "
                     "which is not under 'tasks'"
                 )
+    given = {"tasks", "preference"} <= set(raw or {})
+    _check_preference(filled["preference"], filled["tasks"], source, given)
     return filled
+
+
+def _check_preference(section: dict, tasks: dict, source: str, both_given: bool) -> None:
+    """Variant names unique and not ending in -round<r>; the prompt task configured."""
+    names = [v["name"] for v in section["variants"]]
+    for name in names:
+        if names.count(name) > 1:
+            raise ReasonRLError(f"{source}: config key 'preference.variants' repeats '{name}'")
+        if re.search(r"-round\d+$", name) or name in ("base", "sft"):
+            raise ReasonRLError(
+                f"{source}: config key 'preference.variants' name '{name}' is reserved"
+            )
+    if both_given and section["task"] not in tasks:
+        raise ReasonRLError(
+            f"{source}: config key 'preference.task' names '{section['task']}', "
+            "which is not under 'tasks'"
+        )
 
 
 def load_config(path: str | Path | None = None, json_text: str | None = None) -> dict:

@@ -12,7 +12,7 @@ import shlex
 wildcard_constraints:
     task=r"[^/]+",
     variant=r"tool|cot",
-    policy=r"base|sft-(tool|cot)",
+    policy=r"base|sft-(tool|cot)|[a-z][a-z0-9.-]*-round\d+",
 
 
 # Software of every rule (used with --software-deployment-method conda; the venv otherwise).
@@ -78,7 +78,8 @@ def policy_style(policy):
 
 
 def evaluated_policies():
-    return ["base"] + [f"sft-{variant}" for variant in config["sft"]["variants"]]
+    sft = [f"sft-{variant}" for variant in config["sft"]["variants"]]
+    return ["base", *sft, *preference_policies()]
 
 
 def eval_metrics():
@@ -101,3 +102,143 @@ def repeated_flag(flag, paths):
 def sft_train_metrics(wildcards, input):
     """The metrics.json inside each SFT model folder (a file in a directory() output)."""
     return " ".join(shlex.quote(f"{model}/metrics.json") for model in input.sft_models)
+
+
+# ---- Preference rounds (M-DPO, M-KTO and baselines) ----------------------------------------
+# Round 0 is the SFT tool policy; policy {method}-round{r} trains from {method}-round{r-1} on
+# data sampled by that lineage. Round 1 samples only the SFT policy, so its data is shared by
+# every method (lineage "sft"); later rounds sample the method's own policies.
+
+PREFERENCE = config["preference"]
+ROUND0_POLICY = "sft-tool"
+
+
+def preference_methods():
+    return [variant["name"] for variant in PREFERENCE["variants"]]
+
+
+def method_settings(method):
+    return next(v for v in PREFERENCE["variants"] if v["name"] == method)
+
+
+def preference_rounds(method):
+    return range(1, method_settings(method)["rounds"] + 1)
+
+
+def max_preference_round():
+    return max(v["rounds"] for v in PREFERENCE["variants"])
+
+
+def preference_policies():
+    return [f"{m}-round{r}" for m in preference_methods() for r in preference_rounds(m)]
+
+
+def round_policy(method, r):
+    return ROUND0_POLICY if int(r) == 0 else f"{method}-round{r}"
+
+
+def lineage_of(method, r):
+    """Whose samples round r trains on: the shared SFT samples in round 1."""
+    return "sft" if int(r) == 1 else method
+
+
+def samplers(wildcards):
+    """(name, model) of the policies a round samples: round r-1's (latest) and r-2's."""
+    r = int(wildcards.round)
+    method = wildcards.lineage
+    latest = ROUND0_POLICY if r == 1 else round_policy(method, r - 1)
+    previous = ROUND0_POLICY if r <= 2 else round_policy(method, r - 2)
+    return {"latest": latest, "previous": previous}
+
+
+def sampler_models(wildcards):
+    return [f"results/models/{policy}" for policy in samplers(wildcards).values()]
+
+
+def sampler_args(wildcards):
+    counts = PREFERENCE["sampling"]
+    specs = [
+        f"{policy}=results/models/{policy}:{counts[which]}"
+        for which, policy in samplers(wildcards).items()
+    ]
+    return repeated_flag("--sampler", specs)
+
+
+def labelled_dir(method, r):
+    return f"results/preference/{lineage_of(method, r)}/round{r}"
+
+
+def reference_policy(wildcards):
+    settings = method_settings(wildcards.method)
+    if settings["reference"] == "sft":
+        return ROUND0_POLICY
+    return round_policy(wildcards.method, int(wildcards.round) - 1)
+
+
+def needs_reference(method):
+    return method_settings(method)["loss"] != "raft"
+
+
+def reference_input(wildcards):
+    if not needs_reference(wildcards.method):
+        return []
+    return (
+        f"results/reference/{wildcards.method}/round{wildcards.round}/reference.jsonl"
+    )
+
+
+def reference_arg(wildcards, input):
+    return f"--reference {shlex.quote(input.reference)}" if input.reference else ""
+
+
+def preference_config_json(method, *sections):
+    """config_json of `sections` plus the preference section reduced to `method`, so adding
+    a variant (tables.yaml) does not rerun the others."""
+    reduced = json.loads(shlex.split(config_json(*sections))[0])
+    reduced["preference"] = {**PREFERENCE, "variants": [method_settings(method)]}
+    return shlex.quote(json.dumps(reduced, sort_keys=True))
+
+
+def preference_shared_json(*sections):
+    """config_json of `sections` plus the preference settings every method shares (not the
+    variants), for the stages whose outputs the methods share."""
+    reduced = json.loads(shlex.split(config_json(*sections))[0])
+    reduced["preference"] = {k: v for k, v in PREFERENCE.items() if k != "variants"}
+    return shlex.quote(json.dumps(reduced, sort_keys=True))
+
+
+def selection_config_json(task):
+    """The evaluation config for the held-out selection set: greedy pass@1 only, so sampling
+    settings do not rerun it."""
+    sections = ("evaluation", "policy", "rollout", "generation", "sandbox", "tasks")
+    reduced = json.loads(shlex.split(config_json(*sections, task=task))[0])
+    reduced["evaluation"] = {"tasks": [task], "n_samples": 0, "k": [1]}
+    return shlex.quote(json.dumps(reduced, sort_keys=True))
+
+
+def selection_metrics(method):
+    return [
+        f"results/selection/{round_policy(method, r)}/{PREFERENCE['task']}/metrics.json"
+        for r in [0, *preference_rounds(method)]
+    ]
+
+
+def table_rows():
+    """(label, policy, test metrics) of the SFT start and every round of every method."""
+    task = PREFERENCE["task"]
+    rows = [("SFT", ROUND0_POLICY)]
+    for variant in PREFERENCE["variants"]:
+        label = variant["label"] or variant["name"]
+        rows += [
+            (f"{label} round {r}", f"{variant['name']}-round{r}")
+            for r in preference_rounds(variant["name"])
+        ]
+    return [
+        (label, policy, f"results/eval/{policy}/{task}/metrics.json")
+        for label, policy in rows
+    ]
+
+
+def table_row_args(wildcards, input):
+    specs = [f"{label}={policy}:{path}" for label, policy, path in table_rows()]
+    return repeated_flag("--row", specs)

@@ -1,0 +1,105 @@
+"""Learning test: one M-DPO round improves held-out arith pass@1 over its SFT starting point.
+
+config/test.yaml's policy, data and rollout sizes, with fixed seeds; SFT runs longer than in
+test.yaml (whose SFT policy solves almost nothing, so a round would find almost no pairs),
+and the held-out test split is larger, so the comparison is not two or three problems.
+Every stage is the one the rules run (same functions as the CLI).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reasonrl.cli import corpus_texts, evaluate_policy
+from reasonrl.config import validate_config
+from reasonrl.io import read_jsonl, write_jsonl
+from reasonrl.models import build_tiny_policy
+from reasonrl.preference.stages import (
+    run_augment,
+    run_labelling,
+    run_reference,
+    run_sampling,
+    run_training,
+)
+from reasonrl.tasks import build_problems
+from reasonrl.training.sft import run_sft
+
+REPO = Path(__file__).resolve().parents[1]
+OVERRIDES = {
+    "tasks": {"arith": {"test_size": 100}},
+    "sft": {"max_steps": 300},
+    "evaluation": {"n_samples": 0},
+}
+
+
+def learning_config() -> dict:
+    base = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    test = yaml.safe_load((REPO / "config/test.yaml").read_text())
+    merged = _merge(_merge(base, test), OVERRIDES)
+    merged["tasks"] = {"arith": merged["tasks"]["arith"]}
+    return validate_config(merged)
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = copy.deepcopy(a)
+    for key, value in b.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and key in out else value
+    return out
+
+
+def greedy_pass_at_1(config: dict, model: Path, problems: list[dict]) -> float:
+    _, metrics = evaluate_policy(config, str(model), problems, "tool", model.name)
+    return metrics["greedy_pass@1"]
+
+
+@pytest.fixture(scope="module")
+def learning_run(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("mdpo-learning")
+    config = learning_config()
+    train, test = build_problems("arith", config["tasks"]["arith"], config["seed"])
+    write_jsonl(root / "train.jsonl", train, schema="problem")
+    write_jsonl(root / "test.jsonl", test, schema="problem")
+    build_tiny_policy(
+        corpus_texts([str(root / "train.jsonl")]),
+        config["policy"]["tiny"],
+        config["seed"],
+        root / "base",
+    )
+    run_sft(config, "tool", str(root / "base"), [str(root / "train.jsonl")], str(root / "sft"))
+    run_augment(
+        config, "arith", str(root / "train.jsonl"), {"arith": str(root / "test.jsonl")}, 1,
+        str(root / "prompts"),
+    )  # fmt: skip
+    samplers = [
+        ("sft-tool", str(root / "sft"), config["preference"]["sampling"]["latest"]),
+        ("sft-tool", str(root / "sft"), config["preference"]["sampling"]["previous"]),
+    ]
+    run_sampling(config, str(root / "prompts/round1.jsonl"), samplers, 1, str(root / "samples"))
+    labels = run_labelling(config, str(root / "samples/samples.jsonl"), 1, str(root / "labels"))
+    run_reference(config, "mdpo", str(root / "sft"), str(root / "labels"), str(root / "ref.jsonl"))
+    run_training(
+        config, "mdpo", str(root / "sft"), str(root / "labels"), str(root / "ref.jsonl"),
+        str(root / "mdpo-round1"),
+    )  # fmt: skip
+    problems = read_jsonl(root / "test.jsonl", schema="problem")
+    return {
+        "labels": labels,
+        "sft": greedy_pass_at_1(config, root / "sft", problems),
+        "mdpo": greedy_pass_at_1(config, root / "mdpo-round1", problems),
+    }
+
+
+# Measured (issue 4 closing note): at config/test.yaml's model size the SFT policy does not
+# learn to copy numbers within a CI budget (greedy pass@1 0.02-0.03 after 300 SFT steps, also
+# with one-step problems or a 128-wide model), so a round finds ~4 pairs among 288
+# trajectories and M-DPO equals SFT (0.02 vs 0.02). It needs a starting policy that solves a
+# fair share of the problems; until one fits the test budget this test is not run.
+@pytest.mark.skip(reason="no test-scale SFT policy competent enough for pairs; see comment")
+@pytest.mark.learning
+def test_one_mdpo_round_improves_held_out_pass_at_1_over_sft(learning_run):
+    assert learning_run["labels"]["pairs"] >= 10, "the round must find pairs to learn from"
+    assert learning_run["mdpo"] > learning_run["sft"]

@@ -1,0 +1,113 @@
+"""Preference stage CLIs: config checks, bad inputs named in one line, selection and table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from reasonrl.config import validate_config
+from reasonrl.errors import ReasonRLError
+from reasonrl.io import read_json, write_json, write_jsonl
+from reasonrl.preference.stages import _read_reference, select_best, variant_settings, write_table
+
+
+def reasonrl(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "reasonrl.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def test_variant_defaults_are_filled_and_names_checked():
+    config = validate_config({"preference": {"variants": [{"name": "a", "loss": "mkto"}]}})
+    variant = variant_settings(config, "a")
+    assert variant["eta"] == 0.1 and variant["reference"] == "previous" and variant["rounds"] == 3
+    with pytest.raises(ReasonRLError, match="'b' is not in preference.variants"):
+        variant_settings(config, "b")
+    with pytest.raises(ReasonRLError, match="repeats 'a'"):
+        validate_config({"preference": {"variants": [{"name": "a"}, {"name": "a"}]}})
+    with pytest.raises(ReasonRLError, match="reserved"):
+        validate_config({"preference": {"variants": [{"name": "x-round2"}]}})
+    with pytest.raises(ReasonRLError, match="unknown config key 'preference.variants.0.beta'"):
+        validate_config({"preference": {"variants": [{"name": "a", "beta": 0.1}]}})
+    with pytest.raises(ReasonRLError, match="'preference.task' names 'gsm8k'"):
+        validate_config({"tasks": {"arith": {"kind": "arith"}}, "preference": {"task": "gsm8k"}})
+
+
+def test_cached_reference_must_belong_to_the_training_rows(tmp_path):
+    rows = [{"problem_id": "a"}, {"problem_id": "b"}]
+    path = tmp_path / "reference.jsonl"
+    write_jsonl(path, [{"index": 0, "problem_id": "a", "logps": [-1.0, -2.0]}])
+    with pytest.raises(ReasonRLError, match="1 rows, but the training data has 2"):
+        _read_reference(str(path), rows, paired=True)
+    write_jsonl(
+        path,
+        [
+            {"index": 0, "problem_id": "a", "logps": [-1.0, -2.0]},
+            {"index": 1, "problem_id": "c", "logps": [-1.0, -2.0]},
+        ],
+    )
+    with pytest.raises(ReasonRLError, match="reference.jsonl:2: does not belong"):
+        _read_reference(str(path), rows, paired=True)
+    write_jsonl(
+        path,
+        [
+            {"index": 0, "problem_id": "a", "logps": [-1.0]},
+            {"index": 1, "problem_id": "b", "logps": [-3.0]},
+        ],
+    )
+    assert _read_reference(str(path), rows, paired=False) == [-1.0, -3.0]
+    with pytest.raises(ReasonRLError, match="expected 2 log-probs"):
+        _read_reference(str(path), rows, paired=True)
+
+
+def test_sampler_argument_errors_are_one_line(tmp_path):
+    result = reasonrl(
+        "sample-round", "--prompts", "p.jsonl", "--sampler", "sft-tool:4", "--round", "1",
+        "--out-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 2
+    expected = "reasonrl: error: --sampler expects NAME=VALUE, got 'sft-tool:4'"
+    assert result.stderr.strip() == expected
+
+
+def test_missing_labelled_data_is_named(tmp_path):
+    result = reasonrl(
+        "label-preferences", "--samples", str(tmp_path / "none.jsonl"), "--round", "1",
+        "--out-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 2 and "none.jsonl: file not found" in result.stderr
+
+
+def _metrics(path, policy: str, value: float, ci: list[float]) -> str:
+    write_json(path, {"policy": policy, "greedy_pass@1": value, "greedy_pass@1_ci": ci,
+                      "n_problems": 100})  # fmt: skip
+    return str(path)
+
+
+def test_best_round_is_the_highest_selection_accuracy_earliest_on_ties(tmp_path):
+    paths = [
+        _metrics(tmp_path / f"{p}.json", p, v, [v - 0.1, v + 0.1])
+        for p, v in [("sft-tool", 0.5), ("m-round1", 0.7), ("m-round2", 0.7), ("m-round3", 0.6)]
+    ]
+    result = select_best(paths, str(tmp_path / "best"))
+    assert result["best"] == "m-round1"
+    assert read_json(tmp_path / "best/best.json")["best"] == "m-round1"
+    assert (tmp_path / "best/best.csv").read_text().count("True") == 1
+
+
+def test_table_marks_selected_rounds_and_cis_above_sft(tmp_path):
+    rows = [
+        ("SFT", "sft-tool", _metrics(tmp_path / "s.json", "sft-tool", 0.5, [0.4, 0.6])),
+        ("M-DPO round 1", "m-round1", _metrics(tmp_path / "1.json", "m-round1", 0.6, [0.5, 0.7])),
+        ("M-DPO round 2", "m-round2", _metrics(tmp_path / "2.json", "m-round2", 0.8, [0.7, 0.9])),
+    ]
+    write_json(tmp_path / "best.json", {"best": "m-round2", "rounds": []})
+    table = write_table(rows, [str(tmp_path / "best.json")], str(tmp_path / "out"))
+    assert [r["ci_above_baseline"] for r in table] == [False, False, True]
+    assert [r["selected"] for r in table] == [False, False, True]
+    markdown = (tmp_path / "out/table.md").read_text()
+    assert "| M-DPO round 2 | m-round2 | 0.8 | 0.7 | 0.9 | 100 | True | True |" in markdown
+    assert json.loads(json.dumps(table))  # plain values, written as CSV too
+    assert (tmp_path / "out/table.csv").is_file()

@@ -1,0 +1,1 @@
+"""The online iterative preference loop: prompt augmentation, round sampling, labelling."""
