@@ -62,7 +62,7 @@ rule sample_round:
         "benchmarks/rollouts/{lineage}/round{round}.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=preference_shared_json("rollout", "generation", "sandbox", "policy"),
         samplers=sampler_args,
@@ -108,7 +108,7 @@ rule reference_logps:
         "benchmarks/reference/{method}/round{round}.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=lambda wildcards: preference_config_json(wildcards.method, "policy"),
         data=subpath(input.labels, parent=True),
@@ -130,7 +130,7 @@ rule preference_train:
         "benchmarks/models/{method}-round{round}.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=lambda wildcards: preference_config_json(wildcards.method, "policy"),
         data=subpath(input.labels, parent=True),
@@ -156,7 +156,7 @@ rule evaluate_selection:
         "benchmarks/selection/{policy}/{task}.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=lambda wildcards: selection_config_json(wildcards.task),
         out_dir=subpath(output.metrics, parent=True),
