@@ -26,6 +26,8 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/sft.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+# Keep last: it sees every rule above.
+include: "workflow/rules/docker.smk"
 
 
 rule all:

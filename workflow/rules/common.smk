@@ -7,6 +7,12 @@
 
 import json
 import shlex
+import sys
+from pathlib import Path
+
+from reasonrl.containers.lock import load_lock
+from reasonrl.containers.runner import ContainerSpec, write_rule_shell
+from reasonrl.errors import ReasonRLError
 
 
 wildcard_constraints:
@@ -27,6 +33,8 @@ TORCH_THREADS = max(1, (workflow.cores or 2) // 2)
 
 # policy.base values a rule of models.smk builds into BASE_MODEL_DIR.
 BUILT_BASES = ("tiny", "smollm2")
+# Task kinds loaded from a hub data set unless the task gives a local path.
+HUB_TASK_KINDS = ("gsm8k", "math", "mbpp")
 BASE_MODEL_DIR = "results/models/base"
 
 
@@ -95,3 +103,53 @@ def repeated_flag(flag, paths):
 def sft_train_metrics(wildcards, input):
     """The metrics.json inside each SFT model folder (a file in a directory() output)."""
     return " ".join(shlex.quote(f"{model}/metrics.json") for model in input.sft_models)
+
+
+# --- Containers ---------------------------------------------------------------------------
+# Every rule names its image with `container: rule_container("RULE")`: the pinned ref@digest
+# from the image lock (containers/images.lock.yaml). Apptainer runs it under
+# --software-deployment-method apptainer (profiles/slurm); containers.engine: docker runs it
+# through the Docker API (workflow/rules/docker.smk). A new rule adds its entry under
+# `stages:` in the lock.
+
+try:
+    IMAGE_LOCK = load_lock(Path(workflow.basedir) / config["containers"]["lock"])
+except ReasonRLError as err:
+    sys.exit(f"reasonrl: error: {err}")
+
+
+def rule_image(rule_name):
+    """The StageImage (ref, digest, network need) of a rule, per config containers.gpu_images."""
+    try:
+        return IMAGE_LOCK.stage(rule_name, config["containers"]["gpu_images"])
+    except ReasonRLError as err:
+        sys.exit(f"reasonrl: error: {err}")
+
+
+def rule_container(rule_name):
+    """`container:` of a rule: docker://ref@digest of its image in the lock."""
+    return rule_image(rule_name).uri
+
+
+def config_uses_hub():
+    """True when a model or data set comes from a hub (rules that may fetch need the network)."""
+    base = config["policy"]["base"]
+    hub_base = base not in BUILT_BASES and not Path(base).exists()
+    hub_tasks = any(
+        task["kind"] in HUB_TASK_KINDS and not task["path"]
+        for task in config["tasks"].values()
+    )
+    return hub_base or hub_tasks
+
+
+def docker_shell(rule):
+    """Under containers.engine docker: the shell (resource shell_exec) that runs the rule in its image."""
+    image = rule_image(rule.name)
+    gpu = rule.resources.get(
+        "gpu"
+    )  # a fixed count (a profile's set-resources) or unset
+    gpus = 0 if gpu.is_evaluable() else int(gpu.value or 0)
+    network = image.network and config_uses_hub()
+    # Positional: a line starting with `workdir` would be read as Snakemake's directive.
+    spec = ContainerSpec(image.pinned, image.digest, str(Path.cwd()), network, gpus)
+    return str(write_rule_shell(Path(".snakemake/reasonrl-docker") / rule.name, spec))

@@ -16,6 +16,8 @@ rule evaluate:
         "benchmarks/eval/{policy}/{task}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("evaluate")
     threads: TORCH_THREADS
     params:
         config=lambda wildcards: config_json(

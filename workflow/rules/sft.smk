@@ -15,6 +15,8 @@ rule sft:
         "benchmarks/models/sft-{variant}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("sft")
     threads: TORCH_THREADS
     params:
         config=config_json("sft", "policy"),
