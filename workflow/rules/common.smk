@@ -106,11 +106,11 @@ def sft_train_metrics(wildcards, input):
 
 
 # --- Containers ---------------------------------------------------------------------------
-# Every rule names its image with `container: rule_container("RULE")`: the pinned ref@digest
-# from the image lock (containers/images.lock.yaml). Apptainer runs it under
-# --software-deployment-method apptainer (profiles/slurm); containers.engine: docker runs it
-# through the Docker API (workflow/rules/docker.smk). A new rule adds its entry under
-# `stages:` in the lock.
+# The `container` directive of each rule calls rule_container(NAME) for its pinned image
+# (ref@digest) in the image lock (containers/images.lock.yaml). Apptainer runs it under
+# --software-deployment-method apptainer (profiles/slurm); containers.engine docker runs it
+# through the Docker API (workflow/rules/docker.smk). Each new rule also gets an entry
+# under `stages` in the lock.
 
 try:
     IMAGE_LOCK = load_lock(Path(workflow.basedir) / config["containers"]["lock"])
@@ -153,3 +153,25 @@ def docker_shell(rule):
     # Positional: a line starting with `workdir` would be read as Snakemake's directive.
     spec = ContainerSpec(image.pinned, image.digest, str(Path.cwd()), network, gpus)
     return str(write_rule_shell(Path(".snakemake/reasonrl-docker") / rule.name, spec))
+
+
+# --- Multi-GPU training -------------------------------------------------------------------
+# A training rule's command starts with launcher(): `reasonrl`, or, when its job has more
+# than one GPU (resource gpu, from the profile), `accelerate launch` with the DeepSpeed
+# config named by resource deepspeed (zero2, the default, or zero3) in profiles/accelerate/.
+
+DEEPSPEED_CONFIGS = Path(workflow.basedir) / "profiles/accelerate"
+
+
+def launcher(wildcards, resources):
+    gpus = int(getattr(resources, "gpu", 0) or 0)
+    if gpus <= 1:
+        return "reasonrl"
+    stage = getattr(resources, "deepspeed", "zero2")
+    config_file = DEEPSPEED_CONFIGS / f"deepspeed_{stage}.yaml"
+    if not config_file.exists():
+        raise ValueError(f"resource deepspeed={stage}: no {config_file}")
+    return (
+        f"accelerate launch --config_file {shlex.quote(str(config_file))}"
+        f" --num_processes {gpus} -m reasonrl.cli"
+    )

@@ -22,6 +22,7 @@ rule sft:
         config=config_json("sft", "policy"),
         model=model_arg,
         train=lambda wildcards, input: repeated_flag("--train", input.train),
+        launch=launcher,
     shell:
-        "reasonrl sft --config-json {params.config} --variant {wildcards.variant}"
+        "{params.launch} sft --config-json {params.config} --variant {wildcards.variant}"
         " --model {params.model:q} {params.train} --out {output:q} > {log:q} 2>&1"

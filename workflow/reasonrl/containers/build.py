@@ -35,7 +35,8 @@ CONTEXT_FILES = (
     "pyproject.toml",
     "README.md",
 )
-PACKAGE_DIR = "workflow/reasonrl"
+# The package and the schemas it reads (installed editable, as in the venv).
+PACKAGE_DIRS = ("workflow/reasonrl", "workflow/schemas")
 # The wheels each image installs: requirement files and the pip options they go with.
 WHEEL_SETS = {
     "cpu": [
@@ -85,13 +86,20 @@ def inputs_hash(paths: list[Path]) -> str:
 
 
 def collect_wheels(image: str, wheel_dir: Path) -> None:
-    """Every pinned package of `image` as a wheel in `wheel_dir` (pip's cache makes it cheap)."""
+    """Every pinned package of `image` as a wheel in `wheel_dir`; redone only when the
+    requirement files change (rewritten wheels would defeat Docker's layer cache)."""
+    requirement_files = [REPO_ROOT / o for opts in WHEEL_SETS[image] for o in opts if "/" in o]
+    stamp = wheel_dir / ".requirements.sha256"
+    fingerprint = inputs_hash(requirement_files)
+    if stamp.exists() and stamp.read_text() == fingerprint:
+        return
     wheel_dir.mkdir(parents=True, exist_ok=True)
     for options in WHEEL_SETS[image]:
         command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir)]
         result = subprocess.run([*command, *options], cwd=REPO_ROOT, capture_output=True, text=True)
         if result.returncode != 0:
             raise ReasonRLError(f"pip wheel {' '.join(options)} failed:\n{result.stderr[-2000:]}")
+    stamp.write_text(fingerprint)
 
 
 def make_context(image: str, dockerfile: Path, context: Path, wheel_cache: Path) -> None:
@@ -101,13 +109,17 @@ def make_context(image: str, dockerfile: Path, context: Path, wheel_cache: Path)
         if (REPO_ROOT / name).exists():
             (context / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO_ROOT / name, context / name)
-    shutil.copytree(
-        REPO_ROOT / PACKAGE_DIR,
-        context / PACKAGE_DIR,
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    for folder in PACKAGE_DIRS:
+        shutil.copytree(
+            REPO_ROOT / folder, context / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
     collect_wheels(image, wheel_cache)
-    shutil.copytree(wheel_cache, context / "wheels", copy_function=_link_or_copy)
+    shutil.copytree(
+        wheel_cache,
+        context / "wheels",
+        copy_function=_link_or_copy,
+        ignore=shutil.ignore_patterns(".*"),
+    )
 
 
 def _link_or_copy(source: str, target: str) -> None:
@@ -185,7 +197,7 @@ def build_image(
         base_id = client.images.get(base).id
     else:
         base_id = "pinned"
-    inputs = [dockerfile, *(REPO_ROOT / f for f in CONTEXT_FILES), REPO_ROOT / PACKAGE_DIR]
+    inputs = [dockerfile, *(REPO_ROOT / f for f in (*CONTEXT_FILES, *PACKAGE_DIRS))]
     fingerprint = inputs_hash([p for p in inputs if p.exists()]) + ":" + base_id
     try:
         existing = client.images.get(entry["ref"])
