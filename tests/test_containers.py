@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from run_results import differing_results
 
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, host_config
@@ -223,17 +224,7 @@ def test_runner_returns_the_commands_exit_status(cpu_image, tmp_path):
 
 @pytest.mark.workflow
 def test_docker_run_gives_the_native_runs_results(docker_run, test_run):
-    def results(workdir: Path) -> dict[str, bytes]:
-        root = workdir / "results"
-        return {
-            str(p.relative_to(root)): p.read_bytes()
-            for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "manifest.json"
-        }
-
-    native, contained = results(test_run), results(docker_run)
-    assert contained.keys() == native.keys()
-    assert [name for name in native if native[name] != contained[name]] == []
+    assert differing_results(test_run, docker_run) == []
 
 
 @pytest.mark.workflow
@@ -266,3 +257,10 @@ def test_apptainer_runs_a_stage_in_the_cpu_image(cpu_image, tmp_path):
     subprocess.run(["apptainer", "exec", str(sif), *stage, "--out-dir", str(out)], check=True)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["container"]["runtime"] == "apptainer"
+
+
+def test_apptainer_definition_takes_the_locked_cpu_image():
+    cpu = load_lock(LOCK).images["cpu"]
+    definition = (REPO / "containers/reasonrl.def").read_text()
+    assert re.search(r"^Bootstrap: docker$", definition, flags=re.M)
+    assert f"\nFrom: {cpu['ref']}@{cpu['digest']}\n" in definition

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from run_results import differing_results
 from slurm_cluster import SlurmCluster, missing_programs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,22 +181,9 @@ def slurm_run(cluster, tmp_path_factory) -> Path:
     return workdir
 
 
-def result_files(workdir: Path) -> dict[str, Path]:
-    """Every result file but manifests (which record where and when each job ran)."""
-    root = workdir / "results"
-    return {
-        str(path.relative_to(root)): path
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and path.name != "manifest.json"
-    }
-
-
 @pytest.mark.workflow
 def test_slurm_run_gives_the_local_runs_results(slurm_run, test_run):
-    local, remote = result_files(test_run), result_files(slurm_run)
-    assert remote.keys() == local.keys()
-    differing = [name for name in local if local[name].read_bytes() != remote[name].read_bytes()]
-    assert not differing
+    assert differing_results(test_run, slurm_run) == []
 
 
 @pytest.mark.workflow
@@ -218,3 +206,29 @@ def test_gpu_rules_ran_on_the_fake_gpu_node_with_cuda_visible_devices(slurm_run,
         assert "TresPerJob=gres:gpu:1" in job and "CpusPerTres=gres:gpu:8" in job, job
     data = json.loads((slurm_run / "results/data/arith/manifest.json").read_text())
     assert "CUDA_VISIBLE_DEVICES" not in data["scheduler"]  # CPU rules get no GPU
+
+
+def test_multi_gpu_training_job_runs_under_accelerate_with_deepspeed(snakemake):
+    def sft_commands(*resources: str) -> list[str]:
+        result = snakemake("-n", "-p", "--configfile", "config/test.yaml", *resources)
+        return [
+            line.removeprefix("Shell command: ")
+            for line in result.stdout.splitlines()
+            if line.startswith("Shell command: ") and " sft --config-json" in line
+        ]
+
+    zero3 = REPO / "profiles/accelerate/deepspeed_zero3.yaml"
+    launch = f"accelerate launch --config_file {zero3} --num_processes 4 -m reasonrl.cli sft "
+    commands = sft_commands("--set-resources", "sft:gpu=4", "sft:deepspeed=zero3")
+    assert len(commands) == 2 and all(c.startswith(launch) for c in commands)
+    assert all(c.startswith("reasonrl sft ") for c in sft_commands("--set-resources", "sft:gpu=1"))
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_configs_load_as_accelerate_configs(stage):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = REPO / f"profiles/accelerate/deepspeed_zero{stage}.yaml"
+    config = load_config_from_file(str(path))
+    assert config.distributed_type == "DEEPSPEED"
+    assert config.deepspeed_config["zero_stage"] == stage
