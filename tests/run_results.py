@@ -1,8 +1,8 @@
 """What two runs of the workflow must agree on: every result file, timings left out.
 
 Manifests (where and when each job ran) and wall-clock fields (JSON keys and CSV columns
-whose name mentions seconds) legitimately differ between a local, a SLURM and a container
-run; everything else, model weights included, must be identical.
+whose name mentions seconds, e.g. tokens_per_second) legitimately differ between a local, a
+SLURM and a container run; everything else, model weights included, must be identical.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def _is_timing(name: str) -> bool:
-    return "seconds" in name
+    return "second" in name  # seconds, train_seconds, tokens_per_second
 
 
 def _without_timings(value):

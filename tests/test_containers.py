@@ -27,6 +27,9 @@ from reasonrl.containers.runner import ContainerSpec, host_config
 from reasonrl.errors import ReasonRLError
 
 REPO = Path(__file__).resolve().parents[1]
+# Building the image or running the workflow on SLURM (the session fixtures) can take longer
+# than pytest's per-test timeout on a loaded 2-core machine.
+HEAVY_TIMEOUT = 3600
 VENV_BIN = Path(sys.executable).parent
 LOCK = REPO / "containers/images.lock.yaml"
 
@@ -199,6 +202,7 @@ def docker_run(cpu_image, snakemake, tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_runner_runs_as_the_callers_uid_without_network(cpu_image, tmp_path):
     digest = load_lock(cpu_image).images["cpu"]["digest"]
     tmp_path.chmod(0o777)
@@ -215,6 +219,7 @@ def test_runner_runs_as_the_callers_uid_without_network(cpu_image, tmp_path):
     assert (tmp_path / "nets.txt").read_text().split() == ["lo"]
 
 
+@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_runner_returns_the_commands_exit_status(cpu_image, tmp_path):
     digest = load_lock(cpu_image).images["cpu"]["digest"]
     argv = [sys.executable, "-m", "reasonrl.containers.runner", "--image", digest]
@@ -223,11 +228,13 @@ def test_runner_returns_the_commands_exit_status(cpu_image, tmp_path):
 
 
 @pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_docker_run_gives_the_native_runs_results(docker_run, test_run):
     assert differing_results(test_run, docker_run) == []
 
 
 @pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_every_rule_ran_in_the_pinned_image_and_says_so(docker_run, cpu_image):
     digest = load_lock(cpu_image).images["cpu"]["digest"]
     manifests = sorted((docker_run / "results").rglob("manifest.json"))

@@ -25,6 +25,9 @@ from run_results import differing_results
 from slurm_cluster import SlurmCluster, missing_programs
 
 REPO = Path(__file__).resolve().parents[1]
+# Building the image or running the workflow on SLURM (the session fixtures) can take longer
+# than pytest's per-test timeout on a loaded 2-core machine.
+HEAVY_TIMEOUT = 3600
 VENV_BIN = Path(sys.executable).parent
 PROFILE = REPO / "profiles/slurm/config.yaml"
 # Keys that need Apptainer, which this machine kind cannot install.
@@ -182,11 +185,13 @@ def slurm_run(cluster, tmp_path_factory) -> Path:
 
 
 @pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_slurm_run_gives_the_local_runs_results(slurm_run, test_run):
     assert differing_results(test_run, slurm_run) == []
 
 
 @pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_every_job_ran_as_a_slurm_job(slurm_run):
     manifests = sorted((slurm_run / "results").rglob("manifest.json"))
     assert len(manifests) == 8  # 2 data, base, 2 SFT, 3 evaluations (report writes none)
@@ -195,6 +200,7 @@ def test_every_job_ran_as_a_slurm_job(slurm_run):
 
 
 @pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_gpu_rules_ran_on_the_fake_gpu_node_with_cuda_visible_devices(slurm_run, cluster):
     for folder in ["models/sft-tool", "models/sft-cot", "eval/sft-tool/arith"]:
         scheduler = json.loads((slurm_run / "results" / folder / "manifest.json").read_text())[
