@@ -123,20 +123,22 @@ def test_docker_path_passes_gpus_a_rule_asks_for(snakemake, tmp_path):
     assert "--gpus 2" in shells["sft"] and "--gpus 0" in shells["evaluate"]
 
 
-def test_gpu_request_becomes_a_docker_device_request():
+def test_host_config_mounts_workdir_and_passes_gpus_network_and_sandbox_needs():
     class FakeAPI:
         def create_host_config(self, **options):
             return options
 
     client = type("Client", (), {"api": FakeAPI()})()
-    spec = ContainerSpec("img", None, "/work", network=False, gpus=2)
+    spec = ContainerSpec("img", None, "/work", network=False, gpus=2, user="1000:1000")
     config = host_config(client, spec)
     assert config["network_mode"] == "none"
     assert config["binds"] == {"/work": {"bind": "/work", "mode": "rw"}}
     (request,) = config["device_requests"]
     assert request["Count"] == 2 and request["Capabilities"] == [["gpu"]]
-    no_gpu = host_config(client, ContainerSpec("img", None, "/work", network=True))
-    assert no_gpu["device_requests"] is None and no_gpu["network_mode"] == "default"
+    assert config["cap_add"] is None  # a user's sandbox gets its namespaces unprivileged
+    root = host_config(client, ContainerSpec("img", None, "/work", network=True, user="0:0"))
+    assert root["device_requests"] is None and root["network_mode"] == "default"
+    assert root["cap_add"] == ["SYS_ADMIN", "NET_ADMIN"]  # what root's bwrap needs
 
 
 # --- Docker -------------------------------------------------------------------------------------

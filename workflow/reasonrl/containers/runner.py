@@ -31,6 +31,8 @@ FORWARDED_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "PYTHONHASHSEED",
 )
+# What root needs to build the sandbox's namespaces (and its loopback) without a user namespace.
+ROOT_SANDBOX_CAPABILITIES = ["SYS_ADMIN", "NET_ADMIN"]
 
 
 @dataclass
@@ -57,8 +59,10 @@ def host_config(client, spec: ContainerSpec) -> dict:
 
     The sandbox (bubblewrap) inside the container creates namespaces and mounts /proc:
     Docker's default seccomp profile forbids the first and its masked /proc paths the second,
-    so both are lifted; the container keeps its own namespaces, no extra capabilities and
-    (by default) no network.
+    so both are lifted. A non-root user gets its namespaces through a user namespace; root
+    (uid 0, as when the workflow runs as root) needs CAP_SYS_ADMIN and CAP_NET_ADMIN for them,
+    as it has natively, and gets them. The container keeps its own namespaces and (by
+    default) no network.
     """
     import docker
 
@@ -70,6 +74,7 @@ def host_config(client, spec: ContainerSpec) -> dict:
         network_mode="default" if spec.network else "none",
         security_opt=["seccomp=unconfined"],
         device_requests=device_requests,
+        cap_add=ROOT_SANDBOX_CAPABILITIES if spec.user.split(":")[0] == "0" else None,
         init=True,
     )
     config["MaskedPaths"] = []
