@@ -12,12 +12,12 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test lint dag clean setup sandbox graphviz
+.PHONY: run test lint dag clean setup sandbox graphviz slurm-profile test-deps
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
 
-test: setup lint
+test: setup lint test-deps
 	$(BIN)/pytest -ra
 
 lint: setup
@@ -45,7 +45,7 @@ envs/conda-cpu.yaml: envs/lock-cpu.txt
 	  echo "  - python=3.11"; echo "  - pip"; echo "  - pip:"; \
 	  sed -e '/^#/d' -e '/^$$/d' -e 's/+cpu$$//' -e 's/^/      - /' $<; } > $@
 
-setup: $(STAMP) sandbox
+setup: $(STAMP) sandbox slurm-profile
 
 $(BIN)/python:
 	python3 -m venv $(VENV)
@@ -66,3 +66,24 @@ graphviz:
 	@command -v dot >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y --no-install-recommends graphviz; \
 	  else echo "dot not found: install graphviz (e.g. sudo apt-get install graphviz)" >&2; exit 1; fi; }
+
+# `snakemake --profile slurm` looks for a folder named slurm in the working directory and in
+# Snakemake's user config folder: link profiles/slurm there (a real folder of that name, a
+# profile of your own, is left alone).
+SNAKEMAKE_PROFILES := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake
+slurm-profile:
+	@mkdir -p "$(SNAKEMAKE_PROFILES)"
+	@if [ -e "$(SNAKEMAKE_PROFILES)/slurm" ] && [ ! -L "$(SNAKEMAKE_PROFILES)/slurm" ]; then \
+	  echo "$(SNAKEMAKE_PROFILES)/slurm is not ours: left alone (use --profile profiles/slurm)" >&2; \
+	else ln -sfn "$(CURDIR)/profiles/slurm" "$(SNAKEMAKE_PROFILES)/slurm"; fi
+
+# The SLURM and container tests start a SLURM cluster (slurm-wlm, munge) and a Docker daemon
+# and build an image from a debootstrap base: install what is missing when we are root.
+TEST_DEBS := slurm-wlm munge docker.io debootstrap
+test-deps:
+	@missing=$$(for p in $(TEST_DEBS); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	else echo "not root: the SLURM and container tests skip (missing: $$missing)" >&2; fi

@@ -27,6 +27,8 @@ include: "workflow/rules/sft.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/preference.smk"
+# Keep last: it sees every rule above.
+include: "workflow/rules/docker.smk"
 
 
 rule all:

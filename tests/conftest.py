@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -47,3 +48,13 @@ def tiny_policy(tmp_path_factory) -> Path:
     corpus = ["x = 12 + 30\nprint(x)\n```output", "The answer is 42."] * 10
     build_tiny_policy(corpus, settings, 0, folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def test_run(snakemake, tmp_path_factory) -> Path:
+    """config/test.yaml run to the end locally in a fresh directory (the repo's results/
+    untouched). One run per session: the SLURM and container tests compare with it."""
+    workdir = tmp_path_factory.mktemp("workflow")
+    shutil.copytree(REPO / "config", workdir / "config")
+    snakemake("--cores", "2", "--configfile", "config/test.yaml", cwd=workdir)
+    return workdir

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -150,16 +149,7 @@ def test_formatters_and_linters_are_clean(command):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-# --- end to end on config/test.yaml, in a temporary working directory -------------------------
-
-
-@pytest.fixture(scope="module")
-def test_run(snakemake, tmp_path_factory) -> Path:
-    """config/test.yaml run to the end in a fresh directory (the repo's results/ untouched)."""
-    workdir = tmp_path_factory.mktemp("workflow")
-    shutil.copytree(REPO / "config", workdir / "config")
-    snakemake("--cores", "2", "--configfile", "config/test.yaml", cwd=workdir)
-    return workdir
+# --- end to end on config/test.yaml (the session's test_run fixture, tests/conftest.py) --------
 
 
 @pytest.mark.workflow

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from reasonrl.config import load_config
+from reasonrl.containers.build import add_parser as add_containers_parser
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_jsonl, write_csv, write_json, write_jsonl
 from reasonrl.manifest import Provenance
@@ -305,6 +306,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--row", action="append", required=True, help="LABEL=POLICY:METRICS")
     p.add_argument("--best", nargs="*")
     p.add_argument("--out-dir", required=True)
+    add_containers_parser(sub)
     return parser
 
 
@@ -324,7 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     _quiet_libraries()
     try:
-        config = load_config(args.config, args.config_json)
+        # Sub-commands that are not stages (containers ...) take no experiment config.
+        config = load_config(args.config, args.config_json) if "config" in args else {}
         args.func(args, config)
     except ReasonRLError as err:
         print(f"reasonrl: error: {err}", file=sys.stderr)

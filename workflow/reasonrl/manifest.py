@@ -61,6 +61,46 @@ def _versions() -> dict[str, str]:
     return found
 
 
+def installed_packages() -> dict[str, str]:
+    """Every Python distribution this process can import from, name -> version."""
+    found = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found[name.lower()] = dist.version
+    return dict(sorted(found.items()))
+
+
+def container_provenance() -> dict[str, str | None]:
+    """The image this stage ran in: ref and digest (Docker path), file (Apptainer), or none.
+
+    The Docker runner passes REASONRL_IMAGE_REF / REASONRL_IMAGE_DIGEST; Apptainer sets
+    APPTAINER_CONTAINER (the pulled image file); our images carry REASONRL_IMAGE (cpu, gpu)
+    and REASONRL_SOURCE_COMMIT from their build.
+    """
+    apptainer = os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+    if apptainer:
+        runtime = "apptainer"
+    elif os.environ.get("REASONRL_IMAGE_REF"):
+        runtime = "docker"
+    else:
+        runtime = None
+    return {
+        "runtime": runtime,
+        "image": os.environ.get("REASONRL_IMAGE"),
+        "ref": os.environ.get("REASONRL_IMAGE_REF"),
+        "digest": os.environ.get("REASONRL_IMAGE_DIGEST"),
+        "file": apptainer,
+        "source_commit": os.environ.get("REASONRL_SOURCE_COMMIT"),
+    }
+
+
+def scheduler_provenance() -> dict[str, str]:
+    """Where a scheduler put the stage: SLURM job and node, and the GPUs it was given."""
+    names = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_CPUS_ON_NODE", "CUDA_VISIBLE_DEVICES")
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
 def peak_memory_mb() -> float:
     """Peak resident memory of this process and its waited-for children (Linux reports KiB)."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -89,6 +129,9 @@ class Provenance:
             "versions": _versions(),
             "git_commit": _git_commit(),
             "container_image": os.environ.get("REASONRL_IMAGE_DIGEST"),
+            "container": container_provenance(),
+            "packages": installed_packages(),
+            "scheduler": scheduler_provenance(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "wall_seconds": round(time.time() - self.started, 3),
             "peak_memory_mb": round(peak_memory_mb(), 1),

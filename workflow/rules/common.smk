@@ -7,6 +7,12 @@
 
 import json
 import shlex
+import sys
+from pathlib import Path
+
+from reasonrl.containers.lock import load_lock
+from reasonrl.containers.runner import ContainerSpec, write_rule_shell
+from reasonrl.errors import ReasonRLError
 
 
 wildcard_constraints:
@@ -33,6 +39,8 @@ def torch_threads(wildcards):
 
 # policy.base values a rule of models.smk builds into BASE_MODEL_DIR.
 BUILT_BASES = ("tiny", "smollm2")
+# Task kinds loaded from a hub data set unless the task gives a local path.
+HUB_TASK_KINDS = ("gsm8k", "math", "mbpp")
 BASE_MODEL_DIR = "results/models/base"
 
 
@@ -242,3 +250,75 @@ def table_rows():
 def table_row_args(wildcards, input):
     specs = [f"{label}={policy}:{path}" for label, policy, path in table_rows()]
     return repeated_flag("--row", specs)
+
+
+# --- Containers ---------------------------------------------------------------------------
+# The `container` directive of each rule calls rule_container(NAME) for its pinned image
+# (ref@digest) in the image lock (containers/images.lock.yaml). Apptainer runs it under
+# --software-deployment-method apptainer (profiles/slurm); containers.engine docker runs it
+# through the Docker API (workflow/rules/docker.smk). Each new rule also gets an entry
+# under `stages` in the lock.
+
+try:
+    IMAGE_LOCK = load_lock(Path(workflow.basedir) / config["containers"]["lock"])
+except ReasonRLError as err:
+    sys.exit(f"reasonrl: error: {err}")
+
+
+def rule_image(rule_name):
+    """The StageImage (ref, digest, network need) of a rule, per config containers.gpu_images."""
+    try:
+        return IMAGE_LOCK.stage(rule_name, config["containers"]["gpu_images"])
+    except ReasonRLError as err:
+        sys.exit(f"reasonrl: error: {err}")
+
+
+def rule_container(rule_name):
+    """`container:` of a rule: docker://ref@digest of its image in the lock."""
+    return rule_image(rule_name).uri
+
+
+def config_uses_hub():
+    """True when a model or data set comes from a hub (rules that may fetch need the network)."""
+    base = config["policy"]["base"]
+    hub_base = base not in BUILT_BASES and not Path(base).exists()
+    hub_tasks = any(
+        task["kind"] in HUB_TASK_KINDS and not task["path"]
+        for task in config["tasks"].values()
+    )
+    return hub_base or hub_tasks
+
+
+def docker_shell(rule):
+    """Under containers.engine docker: the shell (resource shell_exec) that runs the rule in its image."""
+    image = rule_image(rule.name)
+    gpu = rule.resources.get(
+        "gpu"
+    )  # a fixed count (a profile's set-resources) or unset
+    gpus = 0 if gpu.is_evaluable() else int(gpu.value or 0)
+    network = image.network and config_uses_hub()
+    # Positional: a line starting with `workdir` would be read as Snakemake's directive.
+    spec = ContainerSpec(image.pinned, image.digest, str(Path.cwd()), network, gpus)
+    return str(write_rule_shell(Path(".snakemake/reasonrl-docker") / rule.name, spec))
+
+
+# --- Multi-GPU training -------------------------------------------------------------------
+# A training rule's command starts with launcher(): `reasonrl`, or, when its job has more
+# than one GPU (resource gpu, from the profile), `accelerate launch` with the DeepSpeed
+# config named by resource deepspeed (zero2, the default, or zero3) in profiles/accelerate/.
+
+DEEPSPEED_CONFIGS = Path(workflow.basedir) / "profiles/accelerate"
+
+
+def launcher(wildcards, resources):
+    gpus = int(getattr(resources, "gpu", 0) or 0)
+    if gpus <= 1:
+        return "reasonrl"
+    stage = getattr(resources, "deepspeed", "zero2")
+    config_file = DEEPSPEED_CONFIGS / f"deepspeed_{stage}.yaml"
+    if not config_file.exists():
+        raise ValueError(f"resource deepspeed={stage}: no {config_file}")
+    return (
+        f"accelerate launch --config_file {shlex.quote(str(config_file))}"
+        f" --num_processes {gpus} -m reasonrl.cli"
+    )

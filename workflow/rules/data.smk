@@ -12,6 +12,8 @@ rule make_task_data:
         "benchmarks/data/{task}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("make_task_data")
     params:
         config=lambda wildcards: config_json("tasks", task=wildcards.task),
         out_dir=subpath(output.manifest, parent=True),

@@ -16,6 +16,8 @@ rule evaluate:
         "benchmarks/eval/{policy}/{task}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("evaluate")
     threads: torch_threads
     params:
         config=lambda wildcards: config_json(

@@ -14,6 +14,8 @@ if config["policy"]["base"] == "tiny":
             "benchmarks/models/base.tsv"
         conda:
             CONDA_ENV
+        container:
+            rule_container("build_tiny_policy")
         threads: torch_threads
         params:
             config=config_json("policy"),
@@ -33,6 +35,8 @@ elif config["policy"]["base"] == "smollm2":
             "benchmarks/models/base.tsv"
         conda:
             CONDA_ENV
+        container:
+            rule_container("convert_smollm2")
         threads: torch_threads
         params:
             config=config_json("policy"),

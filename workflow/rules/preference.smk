@@ -31,6 +31,8 @@ rule augment_prompts:
         "benchmarks/prompts/{task}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("augment_prompts")
     params:
         config=preference_shared_json("generation", "policy"),
         rounds=max_preference_round(),
@@ -62,6 +64,8 @@ rule sample_round:
         "benchmarks/rollouts/{lineage}/round{round}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("sample_round")
     threads: torch_threads
     params:
         config=preference_shared_json("rollout", "generation", "sandbox", "policy"),
@@ -87,6 +91,8 @@ rule label_preferences:
         "benchmarks/preference/{lineage}/round{round}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("label_preferences")
     params:
         config=preference_shared_json(),
         out_dir=subpath(output.manifest, parent=True),
@@ -108,6 +114,8 @@ rule reference_logps:
         "benchmarks/reference/{method}/round{round}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("reference_logps")
     threads: torch_threads
     params:
         config=lambda wildcards: preference_config_json(wildcards.method, "policy"),
@@ -130,6 +138,8 @@ rule preference_train:
         "benchmarks/models/{method}-round{round}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("preference_train")
     threads: torch_threads
     params:
         config=lambda wildcards: preference_config_json(wildcards.method, "policy"),
@@ -156,6 +166,8 @@ rule evaluate_selection:
         "benchmarks/selection/{policy}/{task}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("evaluate_selection")
     threads: torch_threads
     params:
         config=lambda wildcards: selection_config_json(wildcards.task),
@@ -178,6 +190,8 @@ rule select_best:
         "benchmarks/selection/{method}-best.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("select_best")
     params:
         out_dir=subpath(output.best, parent=True),
     shell:
@@ -200,6 +214,8 @@ rule preference_table:
         "benchmarks/report/preference.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("preference_table")
     params:
         rows=table_row_args,
         out_dir=subpath(output.csv, parent=True),

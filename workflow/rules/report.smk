@@ -34,6 +34,8 @@ rule report:
         "benchmarks/report.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("report")
     params:
         config=config_json("evaluation"),
         train_metrics=sft_train_metrics,

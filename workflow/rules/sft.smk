@@ -15,11 +15,14 @@ rule sft:
         "benchmarks/models/sft-{variant}.tsv"
     conda:
         CONDA_ENV
+    container:
+        rule_container("sft")
     threads: torch_threads
     params:
         config=config_json("sft", "policy"),
         model=model_arg,
         train=lambda wildcards, input: repeated_flag("--train", input.train),
+        launch=launcher,
     shell:
-        "reasonrl sft --config-json {params.config} --variant {wildcards.variant}"
+        "{params.launch} sft --config-json {params.config} --variant {wildcards.variant}"
         " --model {params.model:q} {params.train} --out {output:q} > {log:q} 2>&1"

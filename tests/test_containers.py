@@ -1,0 +1,275 @@
+"""Pinned images per rule: the lock, `container:` of every rule, the Docker path end to end.
+
+The CPU image is built here the way a machine without a registry builds it
+(`reasonrl containers build --local-base`: debootstrap + docker import, wheels from the lock),
+then config/test.yaml runs with every rule inside it and must give the native run's results.
+`make test-deps` installs docker.io and debootstrap (as root); the session starts dockerd
+when none answers and stops it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from run_results import differing_results
+
+from reasonrl.containers.lock import load_lock
+from reasonrl.containers.runner import ContainerSpec, host_config
+from reasonrl.errors import ReasonRLError
+
+REPO = Path(__file__).resolve().parents[1]
+# Building the image or running the workflow on SLURM (the session fixtures) can take longer
+# than pytest's per-test timeout on a loaded 2-core machine.
+HEAVY_TIMEOUT = 3600
+VENV_BIN = Path(sys.executable).parent
+LOCK = REPO / "containers/images.lock.yaml"
+
+
+# --- the lock and the rules, without Docker -----------------------------------------------------
+
+
+def test_shipped_lock_pins_the_cpu_image_by_digest_and_covers_every_rule(snakemake):
+    lock = load_lock(LOCK)
+    assert lock.images["cpu"]["digest"].startswith("sha256:")
+    rules = set(snakemake("--list-rules").stdout.split()) - {"all"}
+    assert rules <= set(lock.stages), rules - set(lock.stages)
+
+
+def test_every_rule_with_a_command_names_its_own_image():
+    """Each `rule NAME:` with a shell command has `container: rule_container("NAME")`."""
+    for path in sorted((REPO / "workflow/rules").glob("*.smk")):
+        blocks = re.split(r"^\s*rule (\w+):\n", path.read_text(), flags=re.M)
+        for name, body in zip(blocks[1::2], blocks[2::2], strict=True):
+            if "shell:" in body:
+                directive = rf'container:\s*rule_container\("{name}"\)'
+                assert re.search(directive, body), f"{path.name}: rule {name}"
+
+
+def test_rule_container_is_docker_ref_at_digest():
+    from reasonrl.containers.lock import load_lock as load
+
+    lock = load(LOCK)
+    image = lock.stage("sft", gpu_images=False)
+    assert image.uri == f"docker://{lock.images['cpu']['ref']}@{lock.images['cpu']['digest']}"
+    assert lock.stage("sft", gpu_images=True).name == "gpu"
+    assert lock.stage("report", gpu_images=True).name == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("images: {}\nstages: {}\n", "key 'images'"),
+        (
+            "images: {cpu: {ref: a/b:1, digest: sha256:12, dockerfile: D}}\nstages: {}\n",
+            "key 'images.cpu.digest'",
+        ),
+        (
+            "images: {cpu: {ref: a/b:1, digest: null, dockerfile: D}}\n"
+            "stages: {sft: {image: gpu, network: false}}\n",
+            "key 'stages.sft.image'",
+        ),
+    ],
+)
+def test_bad_lock_is_one_line_naming_the_key(tmp_path, text, message):
+    path = tmp_path / "lock.yaml"
+    path.write_text(text)
+    with pytest.raises(ReasonRLError, match=message) as err:
+        load_lock(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_rule_missing_from_the_lock_stops_the_workflow_naming_it(snakemake, tmp_path):
+    data = yaml.safe_load(LOCK.read_text())
+    del data["stages"]["report"]
+    lock = tmp_path / "lock.yaml"
+    lock.write_text(yaml.safe_dump(data))
+    result = snakemake("-n", "--config", f"containers={{'lock': '{lock}'}}", check=False)
+    assert result.returncode != 0
+    assert f"{lock}: rule 'report' has no entry under 'stages'" in result.stderr
+
+
+def docker_shells(snakemake, workdir: Path, *config: str) -> dict[str, str]:
+    """rule -> the shell script the Docker path gives it (written by a dry-run in workdir)."""
+    shutil.copytree(REPO / "config", workdir / "config", dirs_exist_ok=True)
+    args = ["-n", "--configfile", "config/test.yaml", "--config", "containers={'engine': 'docker'}"]
+    snakemake(*args, *config, cwd=workdir)
+    folder = workdir / ".snakemake/reasonrl-docker"
+    return {path.name: (path / "bash").read_text() for path in folder.iterdir()}
+
+
+def test_docker_path_gives_the_network_only_to_rules_that_fetch_from_a_hub(snakemake, tmp_path):
+    local = docker_shells(snakemake, tmp_path / "local")
+    assert local.keys() == {"make_task_data", "build_tiny_policy", "sft", "evaluate", "report"}
+    assert not any("--network" in script for script in local.values())
+    hub = docker_shells(snakemake, tmp_path / "hub", "policy={'base': 'org/model'}")
+    assert {rule for rule, script in hub.items() if "--network" in script} == {
+        "make_task_data",
+        "sft",
+        "evaluate",
+    }
+
+
+def test_docker_path_passes_gpus_a_rule_asks_for(snakemake, tmp_path):
+    shells = docker_shells(snakemake, tmp_path, "--set-resources", "sft:gpu=2")
+    assert "--gpus 2" in shells["sft"] and "--gpus 0" in shells["evaluate"]
+
+
+def test_host_config_mounts_workdir_and_passes_gpus_network_and_sandbox_needs():
+    class FakeAPI:
+        def create_host_config(self, **options):
+            return options
+
+    client = type("Client", (), {"api": FakeAPI()})()
+    spec = ContainerSpec("img", None, "/work", network=False, gpus=2, user="1000:1000")
+    config = host_config(client, spec)
+    assert config["network_mode"] == "none"
+    assert config["binds"] == {"/work": {"bind": "/work", "mode": "rw"}}
+    (request,) = config["device_requests"]
+    assert request["Count"] == 2 and request["Capabilities"] == [["gpu"]]
+    assert config["cap_add"] is None  # a user's sandbox gets its namespaces unprivileged
+    root = host_config(client, ContainerSpec("img", None, "/work", network=True, user="0:0"))
+    assert root["device_requests"] is None and root["network_mode"] == "default"
+    assert root["cap_add"] == ["SYS_ADMIN", "NET_ADMIN"]  # what root's bwrap needs
+
+
+# --- Docker -------------------------------------------------------------------------------------
+
+
+def _docker_answers() -> bool:
+    import docker
+
+    try:
+        docker.from_env(timeout=5).ping()
+        return True
+    except docker.errors.DockerException:
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_daemon():
+    """A Docker daemon that answers; started here (and stopped after) if none does."""
+    if _docker_answers():
+        yield
+        return
+    dockerd = shutil.which("dockerd", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if dockerd is None or os.geteuid() != 0:
+        pytest.skip("no Docker daemon: `make test-deps` installs docker.io (as root)")
+    log = open(Path("/tmp") / f"reasonrl-dockerd-{os.getpid()}.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen([dockerd], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not _docker_answers():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"dockerd did not come up; see {log.name}")
+        time.sleep(0.5)
+    yield
+    process.terminate()
+    process.wait(timeout=30)
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def cpu_image(docker_daemon, tmp_path_factory) -> Path:
+    """The CPU image built from a local debootstrap base; returns a lock that pins it."""
+    if shutil.which("debootstrap") is None:
+        pytest.skip("debootstrap missing: `make test-deps` installs it (as root)")
+    lock = tmp_path_factory.mktemp("lock") / "images.lock.yaml"
+    command = [str(VENV_BIN / "reasonrl"), "containers", "build", "--local-base"]
+    result = subprocess.run(
+        [*command, "--image", "cpu", "--write-lock", str(lock)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return lock
+
+
+@pytest.fixture(scope="session")
+def docker_run(cpu_image, snakemake, tmp_path_factory) -> Path:
+    """config/test.yaml with containers.engine docker: every rule in the CPU image."""
+    workdir = tmp_path_factory.mktemp("docker-run")
+    shutil.copytree(REPO / "config", workdir / "config")
+    containers = json.dumps({"engine": "docker", "lock": str(cpu_image)})
+    snakemake(
+        "--cores", "2", "--configfile", "config/test.yaml", "--config", f"containers={containers}",
+        cwd=workdir,
+    )  # fmt: skip
+    return workdir
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_runner_runs_as_the_callers_uid_without_network(cpu_image, tmp_path):
+    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    tmp_path.chmod(0o777)
+    script = "id -u > owner.txt; ls /sys/class/net > nets.txt; echo $REASONRL_IMAGE_DIGEST"
+    argv = [sys.executable, "-m", "reasonrl.containers.runner", "--image", digest]
+    argv += ["--digest", digest, "--workdir", str(tmp_path), "--user", "1234:1234"]
+    result = subprocess.run(
+        [*argv, "--", "/bin/sh", "-c", script], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == digest
+    assert (tmp_path / "owner.txt").read_text().strip() == "1234"
+    assert (tmp_path / "owner.txt").stat().st_uid == 1234  # written through the mount
+    assert (tmp_path / "nets.txt").read_text().split() == ["lo"]
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_runner_returns_the_commands_exit_status(cpu_image, tmp_path):
+    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    argv = [sys.executable, "-m", "reasonrl.containers.runner", "--image", digest]
+    result = subprocess.run([*argv, "--workdir", str(tmp_path), "--", "/bin/sh", "-c", "exit 3"])
+    assert result.returncode == 3
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_docker_run_gives_the_native_runs_results(docker_run, test_run):
+    assert differing_results(test_run, docker_run) == []
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_every_rule_ran_in_the_pinned_image_and_says_so(docker_run, cpu_image):
+    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    manifests = sorted((docker_run / "results").rglob("manifest.json"))
+    assert len(manifests) == 8
+    for path in manifests:
+        manifest = json.loads(path.read_text())
+        container = manifest["container"]
+        assert container["runtime"] == "docker" and container["image"] == "cpu", path
+        assert container["digest"] == digest and manifest["container_image"] == digest
+        assert manifest["packages"]["torch"] == "2.13.0+cpu"
+        assert manifest["command"][0] == "/opt/venv/bin/reasonrl"  # the image's, not the venv's
+
+
+@pytest.mark.skipif(
+    shutil.which("apptainer") is None,
+    reason="Apptainer cannot be installed on this machine kind: Debian bookworm has no "
+    "apptainer package and its release builds come from outside the package registries "
+    "this machine reaches",
+)
+def test_apptainer_runs_a_stage_in_the_cpu_image(cpu_image, tmp_path):
+    sif = tmp_path / "cpu.sif"
+    ref = load_lock(cpu_image).images["cpu"]["ref"]
+    subprocess.run(["apptainer", "build", str(sif), f"docker-daemon://{ref}"], check=True)
+    out = tmp_path / "arith"
+    config = json.dumps({"seed": 0, "tasks": {"arith": {"kind": "arith", "train_size": 5}}})
+    stage = ["reasonrl", "make-data", "--config-json", config, "--task", "arith"]
+    subprocess.run(["apptainer", "exec", str(sif), *stage, "--out-dir", str(out)], check=True)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["container"]["runtime"] == "apptainer"
+
+
+def test_apptainer_definition_takes_the_locked_cpu_image():
+    cpu = load_lock(LOCK).images["cpu"]
+    definition = (REPO / "containers/reasonrl.def").read_text()
+    assert re.search(r"^Bootstrap: docker$", definition, flags=re.M)
+    assert f"\nFrom: {cpu['ref']}@{cpu['digest']}\n" in definition

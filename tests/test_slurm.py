@@ -1,0 +1,240 @@
+"""profiles/slurm: what the profile asks of SLURM, and config/test.yaml run on a real cluster.
+
+The cluster is Debian's slurm-wlm 22.05 with munge, brought up under a temporary folder by
+tests/slurm_cluster.py (`make test-deps` installs the packages, as root). Apptainer cannot be
+installed on this machine kind, so the cluster run uses the profile without its
+software-deployment-method (the rules run in the venv); the images are tested by
+tests/test_containers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from run_results import differing_results
+from slurm_cluster import SlurmCluster, missing_programs
+
+REPO = Path(__file__).resolve().parents[1]
+# Building the image or running the workflow on SLURM (the session fixtures) can take longer
+# than pytest's per-test timeout on a loaded 2-core machine.
+HEAVY_TIMEOUT = 3600
+VENV_BIN = Path(sys.executable).parent
+PROFILE = REPO / "profiles/slurm/config.yaml"
+# Keys that need Apptainer, which this machine kind cannot install.
+APPTAINER_KEYS = ("software-deployment-method", "apptainer-args")
+# The local reference run (--cores 2) gives the torch stages one thread each; so do we.
+SAME_THREADS = ["--set-threads", "build_tiny_policy=1", "sft=1", "evaluate=1"]
+
+
+def profile_without_apptainer(folder: Path) -> Path:
+    profile = yaml.safe_load(PROFILE.read_text())
+    for key in APPTAINER_KEYS:
+        profile.pop(key)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+def dry_run_resources(snakemake, *args: str) -> dict[str, dict[str, str]]:
+    """rule -> its `resources:` line of a dry-run, as name -> value strings."""
+    result = snakemake("-n", "--configfile", "config/test.yaml", *args)
+    resources, rule = {}, None
+    for line in result.stdout.splitlines():
+        if match := re.fullmatch(r"(?:local)?rule (\w+):", line):
+            rule = match[1]
+        elif rule and line.startswith("    resources: "):
+            pairs = line.removeprefix("    resources: ").split(", ")
+            resources[rule] = dict(pair.split("=", 1) for pair in pairs)
+    return resources
+
+
+class PluginJob(SimpleNamespace):
+    """What the SLURM plugin reads of a job: resources (attributes and .get) and threads."""
+
+    def __init__(self, resources: dict[str, object], threads: int):
+        super().__init__(resources=_Resources(**resources), threads=threads)
+
+
+class _Resources(SimpleNamespace):
+    def get(self, name, default=None):
+        return getattr(self, name, default)
+
+
+def _typed(value: str) -> object:
+    return int(value) if value.isdigit() else value
+
+
+# --- the profile, without a cluster ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def profile_resources(snakemake, tmp_path_factory) -> dict[int, dict[str, dict[str, str]]]:
+    """Job resources the profile gives each rule, at attempts 1 and 2."""
+    profile = str(profile_without_apptainer(tmp_path_factory.mktemp("profile")))
+    return {
+        attempt: dry_run_resources(snakemake, "--profile", profile, "--attempt", str(attempt))
+        for attempt in (1, 2)
+    }
+
+
+def test_profile_gpu_resources_become_the_plugins_gpu_and_cpu_flags(profile_resources):
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+    from snakemake_executor_plugin_slurm_jobstep import get_cpu_setting, get_gpu_setting
+
+    threads = yaml.safe_load(PROFILE.read_text())["set-threads"]
+    for rule in ("sft", "evaluate"):
+        resources = {k: _typed(v) for k, v in profile_resources[1][rule].items()}
+        job = PluginJob(resources, threads[rule])
+        assert set_gres_string(job).strip() == "--gpus=1"  # sbatch
+        assert get_gpu_setting(job) == "--gpus=1"  # srun inside the job
+        assert get_cpu_setting(job, gpu=True) == "--cpus-per-gpu=8"
+        assert resources["mem_mb"] == 64000
+    cpu_job = PluginJob({k: _typed(v) for k, v in profile_resources[1]["report"].items()}, 1)
+    assert set_gres_string(cpu_job) == "" and get_cpu_setting(cpu_job, gpu=False) == (
+        "--cpus-per-task=1"
+    )
+
+
+def test_profile_scales_runtime_with_the_attempt(profile_resources):
+    for rule in ("sft", "evaluate", "build_tiny_policy", "report"):
+        first = int(profile_resources[1][rule]["runtime"])
+        assert int(profile_resources[2][rule]["runtime"]) == 2 * first, rule
+
+
+def test_profile_sets_what_a_cluster_without_slurmdbd_needs():
+    profile = yaml.safe_load(PROFILE.read_text())
+    assert profile["executor"] == "slurm"
+    assert profile["slurm-status-command"] == "squeue"
+    assert profile["slurm-init-seconds-before-status-checks"] == 1
+    assert profile["slurm-requeue"] is True and profile["retries"] >= 1
+    assert profile["software-deployment-method"] == "apptainer"
+
+
+def test_make_installs_the_profile_where_snakemake_finds_it_by_name(snakemake, tmp_path):
+    config_home = tmp_path / "xdg"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(config_home)}
+    subprocess.run(["make", "-s", "slurm-profile"], cwd=REPO, env=env, check=True)
+    assert (config_home / "snakemake/slurm").resolve() == PROFILE.parent
+    # --profile slurm, literally; env-modules stands in for apptainer, which needs its binary
+    # even for a dry-run.
+    command = [str(VENV_BIN / "snakemake"), "-n", "--profile", "slurm", "--sdm", "env-modules"]
+    result = subprocess.run(
+        [*command, "--configfile", "config/test.yaml"],
+        cwd=REPO,
+        env={**env, "PATH": f"{VENV_BIN}{os.pathsep}{env['PATH']}"},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gpu=1, cpus_per_gpu=8" in result.stdout  # the profile's set-resources of sft
+    unlinked = {**env, "XDG_CONFIG_HOME": str(tmp_path / "empty")}
+    result = subprocess.run(
+        [*command, "--configfile", "config/test.yaml"], cwd=REPO, env=unlinked, capture_output=True
+    )
+    assert result.returncode != 0
+
+
+# --- a real cluster --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    missing = missing_programs()
+    if missing:
+        pytest.skip(
+            f"SLURM is not installed ({', '.join(missing)} missing): `make test-deps` "
+            "installs slurm-wlm and munge (as root)"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster starts slurmd and munged as root")
+    root = Path(tempfile.mkdtemp(prefix="reasonrl-slurm-"))
+    # A 16-CPU node with 2 fake GPUs (slurmd trusts the config): the profile's real requests
+    # (8 CPUs per GPU, 64 GB) fit, while the jobs run on this machine's cores.
+    running = SlurmCluster(root, cpus=16, memory_mb=131072, gpus=2).start()
+    yield running
+    running.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, tmp_path_factory) -> Path:
+    """config/test.yaml through the SLURM executor, with profiles/slurm (minus Apptainer)."""
+    workdir = tmp_path_factory.mktemp("slurm-run")
+    shutil.copytree(REPO / "config", workdir / "config")
+    profile = profile_without_apptainer(workdir / "profile")
+    env = {**cluster.env, "PATH": f"{VENV_BIN}{os.pathsep}{cluster.env['PATH']}"}
+    command = [str(VENV_BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile")]
+    command += ["--profile", str(profile), "--configfile", "config/test.yaml", *SAME_THREADS]
+    result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(
+            f"snakemake on SLURM failed:\n{result.stderr[-6000:]}\n"
+            f"{cluster.log('slurmctld')[-2000:]}"
+        )
+    return workdir
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_slurm_run_gives_the_local_runs_results(slurm_run, test_run):
+    assert differing_results(test_run, slurm_run) == []
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_every_job_ran_as_a_slurm_job(slurm_run):
+    manifests = sorted((slurm_run / "results").rglob("manifest.json"))
+    assert len(manifests) == 8  # 2 data, base, 2 SFT, 3 evaluations (report writes none)
+    for path in manifests:
+        assert "SLURM_JOB_ID" in json.loads(path.read_text())["scheduler"], path
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_gpu_rules_ran_on_the_fake_gpu_node_with_cuda_visible_devices(slurm_run, cluster):
+    for folder in ["models/sft-tool", "models/sft-cot", "eval/sft-tool/arith"]:
+        scheduler = json.loads((slurm_run / "results" / folder / "manifest.json").read_text())[
+            "scheduler"
+        ]
+        assert scheduler["SLURM_JOB_NODELIST"] == cluster.node
+        assert scheduler["CUDA_VISIBLE_DEVICES"] in {"0", "1"}, folder
+        job = cluster.run("scontrol", "show", "job", scheduler["SLURM_JOB_ID"]).stdout
+        assert "TresPerJob=gres:gpu:1" in job and "CpusPerTres=gres:gpu:8" in job, job
+    data = json.loads((slurm_run / "results/data/arith/manifest.json").read_text())
+    assert "CUDA_VISIBLE_DEVICES" not in data["scheduler"]  # CPU rules get no GPU
+
+
+def test_multi_gpu_training_job_runs_under_accelerate_with_deepspeed(snakemake):
+    def sft_commands(*resources: str) -> list[str]:
+        result = snakemake("-n", "-p", "--configfile", "config/test.yaml", *resources)
+        return [
+            line.removeprefix("Shell command: ")
+            for line in result.stdout.splitlines()
+            if line.startswith("Shell command: ") and " sft --config-json" in line
+        ]
+
+    zero3 = REPO / "profiles/accelerate/deepspeed_zero3.yaml"
+    launch = f"accelerate launch --config_file {zero3} --num_processes 4 -m reasonrl.cli sft "
+    commands = sft_commands("--set-resources", "sft:gpu=4", "sft:deepspeed=zero3")
+    assert len(commands) == 2 and all(c.startswith(launch) for c in commands)
+    assert all(c.startswith("reasonrl sft ") for c in sft_commands("--set-resources", "sft:gpu=1"))
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_configs_load_as_accelerate_configs(stage):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = REPO / f"profiles/accelerate/deepspeed_zero{stage}.yaml"
+    config = load_config_from_file(str(path))
+    assert config.distributed_type == "DEEPSPEED"
+    assert config.deepspeed_config["zero_stage"] == stage
