@@ -35,4 +35,4 @@ rule all:
     default_target: True
     input:
         rules.report.output,
-        rules.preference_table.output,
+        rules.preference_table.output if config["preference"]["variants"] else [],

@@ -1,12 +1,14 @@
-"""The GPU recipes in config/: the papers' models (hub ids), vLLM, the GPU image, SFT values.
+"""The GPU recipes in config/: the papers' models (hub ids), vLLM, the GPU image, SFT values,
+and the M-DPO values of the preference recipes.
 
-The method sections (M-DPO, PF-PPO, async DPO, PRM) arrive with their issues; until then the
-recipes carry those values in comments, and these tests check what the workflow runs today.
+The PF-PPO, async DPO and PRM sections arrive with their issues; until then those recipes
+carry their values in comments, and these tests check what the workflow runs today.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -40,12 +42,41 @@ def test_recipe_trains_and_evaluates_the_papers_hub_model_with_vllm(snakemake, n
     evaluate = [argv for argv in commands if argv[1] == "evaluate"]
     assert sft and evaluate
     for argv in sft + evaluate:
-        assert argv[argv.index("--model") + 1] in {hub_id} | {
-            f"results/models/sft-{v}" for v in ("tool", "cot")
-        }
+        model = argv[argv.index("--model") + 1]
+        assert model == hub_id or re.fullmatch(
+            r"results/models/(sft-(tool|cot)|mdpo-round\d)", model
+        )
     assert any(argv[argv.index("--model") + 1] == hub_id for argv in sft)
     for argv in sft:
         assert json.loads(argv[argv.index("--config-json") + 1])["sft"]["lr"] == lr
     for argv in evaluate:
         assert json.loads(argv[argv.index("--config-json") + 1])["generation"]["engine"] == "vllm"
     assert yaml.safe_load((REPO / "config" / name).read_text())["containers"]["gpu_images"]
+
+
+MDPO_RECIPES = {"gpu-mdpo-gemma-7b.yaml": 4e-7, "gpu-mdpo-mistral-7b.yaml": 2e-7}
+
+
+@pytest.mark.parametrize("name", sorted(MDPO_RECIPES))
+def test_mdpo_recipe_runs_three_rounds_with_the_papers_values(snakemake, name):
+    result = snakemake("-n", "-p", "--configfile", f"config/{name}")
+    trains = [
+        shlex.split(line.removeprefix("Shell command: "))
+        for line in result.stdout.splitlines()
+        if line.startswith("Shell command: reasonrl preference-train ")
+    ]
+    assert len(trains) == 3
+    for argv in trains:
+        section = json.loads(argv[argv.index("--config-json") + 1])["preference"]
+        assert section["train"]["lr"] == MDPO_RECIPES[name]
+        assert section["train"]["batch_size"] * section["train"]["grad_accum"] == 32
+        assert (section["sampling"]["latest"], section["sampling"]["previous"]) == (20, 10)
+        assert section["variants"] == [
+            {**section["variants"][0], "loss": "mdpo", "eta": 0.1, "rounds": 3}
+        ]
+
+
+@pytest.mark.parametrize("name", sorted(set(RECIPES) - set(MDPO_RECIPES)))
+def test_other_recipes_run_no_preference_rounds(snakemake, name):
+    result = snakemake("-n", "-p", "--configfile", f"config/{name}")
+    assert "rule preference_train:" not in result.stdout

@@ -134,7 +134,7 @@ def preference_rounds(method):
 
 
 def max_preference_round():
-    return max(v["rounds"] for v in PREFERENCE["variants"])
+    return max((v["rounds"] for v in PREFERENCE["variants"]), default=0)
 
 
 def preference_policies():
