@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from reasonrl.chat import TokenizedChat
 from reasonrl.models import load_policy
 from reasonrl.training.data import IGNORE, MicroBatches, pack, pad_batch
-from reasonrl.training.loop import CheckpointStore, LoopSettings, train
+from reasonrl.training.loop import CheckpointStore, LoopSettings, micro_batch_index, train
 from reasonrl.training.sft import masked_lm_loss
 
 
@@ -111,3 +111,15 @@ def test_checkpoints_of_other_inputs_are_not_resumed(tiny, tmp_path):
         _run(tiny, tmp_path / "ck", crash_at=2 * 4)
     fresh = _run(tiny, tmp_path / "ck", fingerprint="other inputs")
     assert fresh["resumed_from"] == 0
+
+
+def test_data_parallel_processes_train_on_distinct_micro_batches():
+    single = [micro_batch_index(step, micro, 2, 1, 0) for step in range(3) for micro in range(2)]
+    assert single == list(range(6))
+    parallel = [
+        micro_batch_index(step, micro, 2, 4, rank)
+        for step in range(3)
+        for micro in range(2)
+        for rank in range(4)
+    ]
+    assert sorted(parallel) == list(range(24))  # every micro-batch once, none shared

@@ -140,12 +140,26 @@ def train(
     }
 
 
+def micro_batch_index(
+    step: int, micro: int, grad_accum: int, num_processes: int, process_index: int
+) -> int:
+    """Which micro-batch a process trains on: under data parallelism (accelerate launch)
+    each process takes its own, so an optimizer step sees grad_accum x num_processes distinct
+    micro-batches; with one process it is micro-batch step * grad_accum + micro."""
+    return (step * grad_accum + micro) * num_processes + process_index
+
+
 def _optimizer_step(
     model, micro_batch, loss_fn, settings, step, optimizer, scheduler, accelerator
 ) -> dict:
     totals: dict[str, float] = {}
     for micro in range(settings.grad_accum):
-        batch = micro_batch(step * settings.grad_accum + micro)
+        batch = micro_batch(
+            micro_batch_index(
+                step, micro, settings.grad_accum, accelerator.num_processes,
+                accelerator.process_index,
+            )
+        )  # fmt: skip
         with accelerator.autocast():
             loss, stats = loss_fn(model, batch)
         accelerator.backward(loss / settings.grad_accum)
