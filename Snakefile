@@ -26,9 +26,11 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/sft.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/reward_models.smk"
 
 
 rule all:
     default_target: True
     input:
         rules.report.output,
+        reward_model_targets(),

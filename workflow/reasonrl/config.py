@@ -67,7 +67,32 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
                     f"{source}: config key '{section}.tasks' names '{name}', "
                     "which is not under 'tasks'"
                 )
+    _check_reward_models(raw or {}, filled, source)
     return filled
+
+
+def _check_reward_models(raw: dict, filled: dict, source: str) -> None:
+    """reward_models.tasks name configured tasks; HGS-PRM runs only where reward models do."""
+    if "reward_models" not in raw:
+        return
+    section = filled["reward_models"]
+    for name in section["tasks"]:
+        if name not in filled["tasks"]:
+            raise ReasonRLError(
+                f"{source}: config key 'reward_models.tasks' names '{name}', "
+                "which is not under 'tasks'"
+            )
+    for name in section["hgs"]["tasks"]:
+        if section["tasks"] and name not in section["tasks"]:
+            raise ReasonRLError(
+                f"{source}: config key 'reward_models.hgs.tasks' names '{name}', "
+                "which is not in reward_models.tasks"
+            )
+    low, high = section["hgs"]["neutral_band"]
+    if low > high:
+        raise ReasonRLError(
+            f"{source}: config key 'reward_models.hgs.neutral_band' is not low, high"
+        )
 
 
 def load_config(path: str | Path | None = None, json_text: str | None = None) -> dict:
