@@ -60,6 +60,12 @@ def test_default_dag_builds_tiny_policy_sfts_both_styles_and_evaluates_three_pol
         "sft": 2,
         "evaluate": 3,
         "report": 1,
+        "sample_rm_data": 1,
+        "annotate_prm": 1,
+        "train_reward_model": 3,
+        "best_of_n": 1,
+        "hgs_search": 1,
+        "reward_tables": 1,
         "all": 1,
     }
     evaluations = {job["wildcards"] for job in dry_run_jobs(result) if job["rule"] == "evaluate"}
@@ -95,6 +101,9 @@ def test_results_logs_and_benchmarks_mirror_each_other(snakemake):
         assert job["benchmark"] == f"benchmarks/{name}.tsv", job
 
 
+MODEL_STAGE_SECTIONS = ("policy", "rollout", "generation", "sandbox", "tasks")
+
+
 def test_each_stage_gets_only_its_config_sections(snakemake):
     expected = {
         "make_task_data": {"seed", "tasks"},
@@ -102,6 +111,13 @@ def test_each_stage_gets_only_its_config_sections(snakemake):
         "sft": {"seed", "sft", "policy"},
         "evaluate": {"seed", "evaluation", "policy", "rollout", "generation", "sandbox", "tasks"},
         "report": {"seed", "evaluation"},
+        "sample_rm_data": {"seed", "reward_models", *MODEL_STAGE_SECTIONS},
+        "annotate_prm": {"seed", "reward_models", *MODEL_STAGE_SECTIONS},
+        "mutate_code_prm": {"seed", "reward_models", "sandbox", "tasks"},
+        "train_reward_model": {"seed", "reward_models", "policy"},
+        "best_of_n": {"seed", "reward_models", *MODEL_STAGE_SECTIONS},
+        "hgs_search": {"seed", "reward_models", *MODEL_STAGE_SECTIONS},
+        "reward_tables": {"seed", "reward_models"},
     }
     for job in dry_run_jobs(snakemake("-n", "-p")):
         if job["rule"] in expected:

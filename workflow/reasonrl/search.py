@@ -53,26 +53,28 @@ def best_of_n_metrics(
     n = min(len(g["correct"]) for g in groups)
     table: dict[str, Any] = {"n_problems": len(groups), "n_samples": n, "rows": []}
     for n_pick in sorted(k for k in set(ns) if k <= n):
-        values: dict[str, list[float]] = {"pass@1": [], f"pass@{n_pick}": [], "maj": []}
+        values: dict[str, list[float]] = {"pass@1": [], "pass@N": [], "maj@N": []}
         for scorer in scorers:
-            values[scorer] = []
+            values[f"{scorer}@N"] = []
         for g in groups:
             correct = g["correct"][:n]
             values["pass@1"].append(pass_at_k(n, sum(correct), 1))
-            values[f"pass@{n_pick}"].append(pass_at_k(n, sum(correct), n_pick))
-            values["maj"].append(maj_at_k(g["answers"][:n], correct, n_pick))
+            values["pass@N"].append(pass_at_k(n, sum(correct), n_pick))
+            values["maj@N"].append(maj_at_k(g["answers"][:n], correct, n_pick))
             for scorer in scorers:
-                values[scorer].append(best_of_n_expected(g["scores"][scorer][:n], correct, n_pick))
+                values[f"{scorer}@N"].append(
+                    best_of_n_expected(g["scores"][scorer][:n], correct, n_pick)
+                )
         for method, per_problem in values.items():
-            name = method.replace(f"@{n_pick}", "")
             array = np.array(per_problem, dtype=float)
+            low, high = bootstrap_ci(array)
             table["rows"].append(
                 {
                     "N": n_pick,
-                    "method": name,
+                    "method": method,
                     "accuracy": float(array.mean()),
-                    "ci_low": bootstrap_ci(array)[0],
-                    "ci_high": bootstrap_ci(array)[1],
+                    "ci_low": low,
+                    "ci_high": high,
                 }
             )
     return table

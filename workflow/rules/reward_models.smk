@@ -193,7 +193,9 @@ rule hgs_search:
 
 rule reward_tables:
     input:
-        best_of_n=expand("results/search/{task}/best-of-n/best_of_n.json", task=rm_tasks()),
+        best_of_n=expand(
+            "results/search/{task}/best-of-n/best_of_n.json", task=rm_tasks()
+        ),
         hgs=expand("results/search/{task}/hgs/hgs.json", task=hgs_tasks()),
         prm=expand("results/rm/{task}/model-prm", task=rm_tasks()),
     output:

@@ -234,7 +234,7 @@ def _train_bt(config, model_path, problems, train_rows, held_rows, checkpoints):
     if held_pairs:
         texts = [render(tokenizer, p[side]) for p in held_pairs for side in ("chosen", "rejected")]
         scores = bt_scores(model, tokenizer, texts)
-        wins = [w > l for w, l in zip(scores[::2], scores[1::2], strict=True)]
+        wins = [won > lost for won, lost in zip(scores[::2], scores[1::2], strict=True)]
         heldout["accuracy"] = sum(wins) / len(wins)
     info = {"train_pairs": len(train_pairs), "tied_prompts": ties + held_ties}
     return model, tokenizer, result, info, heldout
