@@ -184,6 +184,15 @@ def test_run_outputs_match_their_schemas(test_run):
     for name in ("summary.csv", "summary.md", "index.md", "pass_at_1.png", "sft_loss.png"):
         assert (test_run / "results/report" / name).stat().st_size > 0
     assert not list(test_run.glob("results/models/.*.ckpt")), "checkpoints left behind"
+    read_jsonl(test_run / "results/rm/arith/shepherd/prm.jsonl", schema="prm_steps")
+    read_jsonl(test_run / "results/search/arith/best-of-n/samples.jsonl", schema="trajectory")
+    table = json.loads((test_run / "results/search/arith/best-of-n/best_of_n.json").read_text())
+    methods = {row["method"] for row in table["rows"]}
+    assert {"pass@1", "maj@N", "bt@N", "orm@N", "prm-mean@N", "prm-min@N", "prm-last@N"} <= methods
+    hgs = json.loads((test_run / "results/search/arith/hgs/hgs.json").read_text())
+    assert set(hgs) >= {"greedy", "hgs", "sample_then_filter"}
+    assert (test_run / "results/report/reward_models/reward_models.md").stat().st_size > 0
+    assert not list(test_run.glob("results/rm/arith/.*.ckpt")), "checkpoints left behind"
 
 
 @pytest.mark.workflow
@@ -196,7 +205,9 @@ def test_run_writes_a_log_and_benchmark_per_job(test_run):
         for p in test_run.rglob("benchmarks/**/*.tsv")
     }
     assert logs == benchmarks
-    assert len(logs) == 9  # 2 data, base, 2 sft, 3 evaluations, report
+    # 2 data, base, 2 sft, 3 evaluations, report; RM samples, PRM annotation, 3 reward
+    # models, best-of-N, HGS-PRM, reward tables
+    assert len(logs) == 17
 
 
 @pytest.mark.workflow

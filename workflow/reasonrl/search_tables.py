@@ -19,7 +19,10 @@ def _fmt(value) -> str:
 def _markdown(rows: list[dict], columns: list[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for row in rows:
-        cells = [_fmt(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns]
+        cells = [
+            _fmt(row[c]) if row[c] is None or isinstance(row[c], float) else str(row[c])
+            for c in columns
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
