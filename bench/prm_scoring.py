@@ -93,7 +93,9 @@ def main() -> None:
         if folder is None:
             write_jsonl(f"{tmp}/train.jsonl", train, schema="problem")
             folder = f"{tmp}/m"
-            build_tiny_policy(corpus_texts([f"{tmp}/train.jsonl"]), config["policy"]["tiny"], 0, folder)
+            build_tiny_policy(
+                corpus_texts([f"{tmp}/train.jsonl"]), config["policy"]["tiny"], 0, folder
+            )
         model, tokenizer = load_policy(folder)
         model.eval()
         torch.set_grad_enabled(False)

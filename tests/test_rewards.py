@@ -447,3 +447,29 @@ def test_bt_scores_read_the_last_token_of_each_conversation(tiny_policy):
     batched = bt_scores(model, tokenizer, texts)
     alone = [bt_scores(model, tokenizer, [t])[0] for t in texts]
     assert batched == pytest.approx(alone, abs=1e-5)
+
+
+def test_score_rlhflow_imports_the_format_and_reranks(tiny_policy, tmp_path):
+    import shutil
+
+    from reasonrl.config import validate_config
+    from reasonrl.search_eval import score_rlhflow
+
+    models = {}
+    for kind in ("orm", "prm"):
+        folder = tmp_path / kind
+        shutil.copytree(tiny_policy, folder)
+        (folder / "reward_model.json").write_text(json.dumps({"kind": kind, "labels": ["+", "-"]}))
+        models[kind] = str(folder)
+    rows = [
+        to_rlhflow("Q1?", [["a", "so \\boxed{1}"], ["b \\boxed{2}"]], [True, False]),
+        to_rlhflow("Q2?", [["c \\boxed{3}"], ["d", "e \\boxed{3}"]], [False, False]),
+    ]
+    write_jsonl(tmp_path / "rlhflow.jsonl", rows)
+    config = validate_config({"reward_models": {"best_of_n": {"n": [1, 2]}}})
+    table = score_rlhflow(config, str(tmp_path / "rlhflow.jsonl"), models, str(tmp_path / "out"))
+    assert table["n_problems"] == 2 and table["n_samples"] == 2
+    by = {(r["N"], r["method"]): r["accuracy"] for r in table["rows"]}
+    assert {"orm@N", "prm-mean@N", "prm-min@N", "prm-last@N", "maj@N"} <= {m for _, m in by}
+    assert by[(2, "pass@N")] == 0.5 and by[(1, "pass@1")] == 0.25
+    assert (tmp_path / "out/best_of_n.csv").is_file()

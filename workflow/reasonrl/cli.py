@@ -174,6 +174,14 @@ def best_of_n(args: argparse.Namespace, config: dict) -> None:
     log.info("best-of-N over %d problems, greedy %.3f", table["n_problems"], table["greedy_pass@1"])
 
 
+def score_rlhflow(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.search_eval import score_rlhflow as run
+
+    models = {k: v for k, v in (("bt", args.bt), ("orm", args.orm), ("prm", args.prm)) if v}
+    table = run(config, args.data, models, args.out_dir)
+    log.info("best-of-N of %d RLHFlow problems", table["n_problems"])
+
+
 def hgs_search(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.search_eval import hgs_search as run
 
@@ -250,6 +258,12 @@ def _reward_model_stages(stage) -> None:
     p = stage("best-of-n", best_of_n, "best-of-N reranked by reward models, maj@N, pass@1")
     p.add_argument("--policy", required=True)
     p.add_argument("--problems", required=True)
+    p.add_argument("--bt")
+    p.add_argument("--orm")
+    p.add_argument("--prm")
+    p.add_argument("--out-dir", required=True)
+    p = stage("score-rlhflow", score_rlhflow, "best-of-N of an RLHFlow-format file (import)")
+    p.add_argument("--data", required=True, help="JSONL rows with prompt, answers, labels")
     p.add_argument("--bt")
     p.add_argument("--orm")
     p.add_argument("--prm")

@@ -10,7 +10,7 @@ import numpy as np
 from reasonrl.chat import render
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
-from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
+from reasonrl.io import read_jsonl, write_csv, write_json, write_jsonl
 from reasonrl.manifest import Provenance
 from reasonrl.rewards.scoring import (
     AGGREGATIONS,
@@ -309,6 +309,47 @@ def hgs_search(
     return metrics
 
 
-def prm_heldout(prm_folder: str) -> dict:
-    """The PRM's held-out per-label precision/recall (written by train-reward-model)."""
-    return read_json(Path(prm_folder) / "metrics.json")["heldout"]
+def score_rlhflow(config: dict, path: str, reward_models: dict[str, str], out_dir: str) -> dict:
+    """Best-of-N of an RLHFlow evaluation file (prompt, answers, labels: e.g. their
+    MATH500 / GSM8K test sets) reranked by our reward models; answers are split into steps
+    at blank lines, as the RLHFlow evaluation scripts do."""
+    from reasonrl.rewards.steps import from_rlhflow
+    from reasonrl.tasks.grading import extract_answer
+
+    section = config["reward_models"]
+    provenance = Provenance(
+        "score-rlhflow", config, [path, *reward_models.values()], config["seed"]
+    )
+    problems, rows = {}, []
+    for lineno, row in enumerate(read_jsonl(path), start=1):
+        question, solutions, correct = from_rlhflow(row, f"{path}:{lineno}")
+        pid = f"rlhflow-{lineno:05d}"
+        problems[pid] = {"id": pid, "question": question, "code": None}
+        for sample, (steps, right) in enumerate(zip(solutions, correct, strict=True)):
+            messages = [
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": "\n\n".join(steps)},
+            ]
+            rows.append(
+                {"problem_id": pid, "sample": sample, "messages": messages, "correct": right}
+            )
+    text_section = {**section, "step_splitter": "regex", "split_pattern": r"\n\s*\n"}
+    scored = score_samples({**config, "reward_models": text_section}, problems, rows, reward_models)
+    scorers = sorted({k for s in scored for k in s["scores"]})
+    groups = []
+    for pid, members in _group(rows).items():
+        scores = {s["sample"]: s["scores"] for s in scored if s["problem_id"] == pid}
+        answers = [extract_answer(r["messages"][-1]["content"]) for r in members]
+        groups.append(
+            {
+                "correct": [r["correct"] for r in members],
+                "answers": [None if a is None else normalize_answer(a) for a in answers],
+                "scores": {k: [scores[r["sample"]][k] for r in members] for k in scorers},
+            }
+        )
+    table = best_of_n_metrics(groups, section["best_of_n"]["n"], scorers)
+    out = Path(out_dir)
+    write_json(out / "best_of_n.json", table)
+    write_csv(out / "best_of_n.csv", table["rows"])
+    provenance.write(out, {"n_problems": table["n_problems"]})
+    return table
