@@ -286,11 +286,11 @@ def _train_prm(config, model_path, problems, train_rows, held_rows, checkpoints)
 
 
 def prm_step_metrics(model, tokenizer, rows: list[dict], labels: list[str]) -> dict:
-    """Per-label precision/recall of the PRM's argmax verdict on labelled steps (teacher-forced:
-    earlier answers hold the gold labels, as in training)."""
+    """Per-label precision/recall of the PRM's argmax verdict on labelled steps, read as at
+    inference: one pass per solution, earlier answers holding the "+" placeholder."""
     ids = label_token_ids(tokenizer, labels)
     seqs = [
-        encode_with_label_positions(tokenizer, prm_messages(r["question"], r["steps"], r["labels"]))
+        encode_with_label_positions(tokenizer, prm_messages(r["question"], r["steps"]))
         for r in rows
     ]
     probs = label_probabilities(model, seqs, ids, tokenizer.pad_token_id)
