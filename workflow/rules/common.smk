@@ -19,11 +19,17 @@ wildcard_constraints:
 # Relative to the rule files, which all live in workflow/rules/.
 CONDA_ENV = "../../envs/conda-cpu.yaml"
 
-# Threads of the model stages (torch reads OMP_NUM_THREADS, which Snakemake sets to them).
-# Half the cores each, so two model jobs (the two SFT styles, two evaluations) run side by
-# side: small models use one core each better than two cores one job at a time.
-# A profile's set-threads overrides it.
-TORCH_THREADS = max(1, (workflow.cores or 2) // 2)
+
+def torch_threads(wildcards):
+    """Threads of a model stage (torch reads OMP_NUM_THREADS, which Snakemake sets to them).
+
+    Half the cores each, so two model jobs (the two SFT styles, two evaluations) run side by
+    side: small models use one core each better than two cores one job at a time. A
+    function, so commands that need no core count (--report) never ask for one; a
+    profile's set-threads overrides it.
+    """
+    return max(1, workflow.cores // 2)
+
 
 # policy.base values a rule of models.smk builds into BASE_MODEL_DIR.
 BUILT_BASES = ("tiny", "smollm2")

@@ -16,7 +16,7 @@ rule evaluate:
         "benchmarks/eval/{policy}/{task}.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=lambda wildcards: config_json(
             "evaluation",

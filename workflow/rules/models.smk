@@ -14,7 +14,7 @@ if config["policy"]["base"] == "tiny":
             "benchmarks/models/base.tsv"
         conda:
             CONDA_ENV
-        threads: TORCH_THREADS
+        threads: torch_threads
         params:
             config=config_json("policy"),
             corpus=lambda wildcards, input: repeated_flag("--corpus", input.corpus),
@@ -33,7 +33,7 @@ elif config["policy"]["base"] == "smollm2":
             "benchmarks/models/base.tsv"
         conda:
             CONDA_ENV
-        threads: TORCH_THREADS
+        threads: torch_threads
         params:
             config=config_json("policy"),
         shell:

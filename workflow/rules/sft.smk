@@ -15,7 +15,7 @@ rule sft:
         "benchmarks/models/sft-{variant}.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=config_json("sft", "policy"),
         model=model_arg,
