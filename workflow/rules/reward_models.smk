@@ -21,7 +21,7 @@ rule sample_rm_data:
         "benchmarks/rm/{task}/samples.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=lambda wildcards: config_json(
             "reward_models",
@@ -53,7 +53,7 @@ rule annotate_prm:
         "benchmarks/rm/{task}/shepherd.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=lambda wildcards: config_json(
             "reward_models",
@@ -107,7 +107,7 @@ rule train_reward_model:
         "benchmarks/rm/{task}/model-{kind}.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=config_json("reward_models", "policy"),
     shell:
@@ -137,7 +137,7 @@ rule best_of_n:
         "benchmarks/search/{task}/best-of-n.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=lambda wildcards: config_json(
             "reward_models",
@@ -172,7 +172,7 @@ rule hgs_search:
         "benchmarks/search/{task}/hgs.tsv"
     conda:
         CONDA_ENV
-    threads: TORCH_THREADS
+    threads: torch_threads
     params:
         config=lambda wildcards: config_json(
             "reward_models",
