@@ -473,3 +473,26 @@ def test_score_rlhflow_imports_the_format_and_reranks(tiny_policy, tmp_path):
     assert {"orm@N", "prm-mean@N", "prm-min@N", "prm-last@N", "maj@N"} <= {m for _, m in by}
     assert by[(2, "pass@N")] == 0.5 and by[(1, "pass@1")] == 0.25
     assert (tmp_path / "out/best_of_n.csv").is_file()
+
+
+def test_code_prm_trains_three_classes_on_mutation_rows(tiny_policy, tmp_path):
+    sandbox = Sandbox.from_config({"cpu_seconds": 2, "wall_seconds": 5})
+    problems = [{**code_problem(), "id": f"c{i}"} for i in range(3)]
+    rows, _ = mutation_rows(problems, sandbox, 2, MUTATION_KINDS, 0)
+    write_jsonl(tmp_path / "problems.jsonl", problems, schema="problem")
+    write_jsonl(tmp_path / "prm.jsonl", rows, schema="prm_steps")
+    metrics = run_train_reward_model(
+        rm_config(),
+        "prm",
+        str(tiny_policy),
+        str(tmp_path / "problems.jsonl"),
+        str(tmp_path / "prm.jsonl"),
+        str(tmp_path / "model-prm"),
+    )
+    assert metrics["labels"] == ["+", "-", "~"]
+    assert json.loads((tmp_path / "model-prm/reward_model.json").read_text())["labels"] == [
+        "+",
+        "-",
+        "~",
+    ]
+    assert set(metrics["heldout"]["per_label"]) == {"+", "-", "~"}
