@@ -496,3 +496,19 @@ def test_code_prm_trains_three_classes_on_mutation_rows(tiny_policy, tmp_path):
         "~",
     ]
     assert set(metrics["heldout"]["per_label"]) == {"+", "-", "~"}
+
+
+def test_bt_without_decisive_pairs_writes_an_untrained_head_and_says_so(
+    tiny_policy, rm_inputs, tmp_path
+):
+    rows = read_jsonl(rm_inputs / "samples.jsonl")
+    for row in rows:
+        row["correct"] = False  # a policy that never solves anything: every pair is a tie
+    write_jsonl(tmp_path / "samples.jsonl", rows, schema="trajectory")
+    metrics = run_train_reward_model(
+        rm_config(), "bt", str(tiny_policy), str(rm_inputs / "problems.jsonl"),
+        str(tmp_path / "samples.jsonl"), str(tmp_path / "model-bt"),
+    )  # fmt: skip
+    assert metrics["steps"] == 0 and metrics["final_loss"] is None
+    assert metrics["train_pairs"] == 0 and metrics["tied_prompts"] == 6
+    assert (tmp_path / "model-bt/reward_model.json").is_file()

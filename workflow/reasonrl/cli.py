@@ -161,9 +161,7 @@ def train_reward_model(args: argparse.Namespace, config: dict) -> None:
     metrics = run_train_reward_model(
         config, args.kind, args.model, args.problems, args.data, args.out
     )
-    log.info(
-        "%s: final loss %.4f, held-out %s", args.kind, metrics["final_loss"], metrics["heldout"]
-    )
+    log.info("%s: final loss %s, held-out %s", args.kind, metrics["final_loss"], metrics["heldout"])
 
 
 def best_of_n(args: argparse.Namespace, config: dict) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 from pathlib import Path
 
@@ -39,6 +40,8 @@ from reasonrl.rewards.steps import (
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.loop import CheckpointStore, LoopSettings, train
 from reasonrl.training.sft import masked_lm_loss
+
+log = logging.getLogger(__name__)
 
 KINDS = ("bt", "orm", "prm")
 INFO_FILE = "reward_model.json"  # kind and label set, read by the scorers
@@ -185,7 +188,7 @@ def run_train_reward_model(
         "kind": kind,
         "steps": len(history),
         "resumed_from": result["resumed_from"],
-        "final_loss": history[-1]["loss"],
+        "final_loss": history[-1]["loss"] if history else None,
         "train_seconds": round(result["train_seconds"], 3),
         "heldout": heldout,
         **info,
@@ -222,13 +225,20 @@ def _train_bt(config, model_path, problems, train_rows, held_rows, checkpoints):
 
     train_pairs, ties = preference_pairs(train_rows)
     held_pairs, held_ties = preference_pairs(held_rows) if held_rows else ([], 0)
-    batches = PairBatches(
-        [(encode(p["chosen"]), encode(p["rejected"])) for p in train_pairs],
-        section["train"]["batch_size"],
-        tokenizer.pad_token_id,
-        seed,
-    )
-    result = train(model, batches, bradley_terry_loss, _settings(section, seed), checkpoints)
+    if train_pairs:
+        batches = PairBatches(
+            [(encode(p["chosen"]), encode(p["rejected"])) for p in train_pairs],
+            section["train"]["batch_size"],
+            tokenizer.pad_token_id,
+            seed,
+        )
+        result = train(model, batches, bradley_terry_loss, _settings(section, seed), checkpoints)
+    else:
+        # Every prompt's farthest pair was a tie (e.g. a policy that never solves anything):
+        # no preference to learn. The untrained head is still written, and the metrics say
+        # so, so that the rest of the DAG runs and the tables show it.
+        log.warning("no decisive preference pairs: the BT-RM head stays untrained")
+        result = {"history": [], "resumed_from": 0, "train_seconds": 0.0, "model": model}
     model = result["model"].eval()
     heldout = {"pairs": len(held_pairs), "accuracy": None}
     if held_pairs:
