@@ -27,6 +27,7 @@ include: "workflow/rules/sft.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/preference.smk"
+include: "workflow/rules/reward_models.smk"
 # Keep last: it sees every rule above.
 include: "workflow/rules/docker.smk"
 
@@ -36,3 +37,4 @@ rule all:
     input:
         rules.report.output,
         rules.preference_table.output if config["preference"]["variants"] else [],
+        reward_model_targets(),

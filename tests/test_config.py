@@ -110,3 +110,18 @@ def test_conda_env_pins_what_the_lock_pins():
 def test_reduced_stage_config_does_not_check_sections_it_lacks():
     config = validate_config({"tasks": {"pycode": {"kind": "pycode"}}}, "--config-json")
     assert config["sft"]["tasks"] == ["arith"]  # a default, not a reference to check
+
+
+def test_reward_model_tasks_must_be_configured_and_hgs_a_subset():
+    with pytest.raises(ReasonRLError, match="'reward_models.tasks' names 'gsm8k'"):
+        validate_config({"reward_models": {"tasks": ["gsm8k"]}}, "my.yaml")
+    with pytest.raises(ReasonRLError, match="'reward_models.hgs.tasks' names 'pycode'"):
+        validate_config(
+            {
+                "tasks": {"arith": {"kind": "arith"}, "pycode": {"kind": "pycode"}},
+                "reward_models": {"tasks": ["arith"], "hgs": {"tasks": ["pycode"]}},
+            },
+            "my.yaml",
+        )
+    with pytest.raises(ReasonRLError, match="neutral_band"):
+        validate_config({"reward_models": {"hgs": {"neutral_band": [0.8, 0.2]}}}, "my.yaml")

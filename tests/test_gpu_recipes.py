@@ -80,3 +80,21 @@ def test_mdpo_recipe_runs_three_rounds_with_the_papers_values(snakemake, name):
 def test_other_recipes_run_no_preference_rounds(snakemake, name):
     result = snakemake("-n", "-p", "--configfile", f"config/{name}")
     assert "rule preference_train:" not in result.stdout
+
+
+def test_prm_recipe_annotates_with_sixteen_completions_and_trains_at_2e_6(snakemake):
+    result = snakemake("-n", "-p", "--configfile", "config/gpu-prm-math-shepherd-mistral-7b.yaml")
+    commands = [
+        shlex.split(line.removeprefix("Shell command: "))
+        for line in result.stdout.splitlines()
+        if line.startswith(
+            ("Shell command: reasonrl annotate-prm ", "Shell command: reasonrl train")
+        )
+    ]
+    sections = [json.loads(argv[argv.index("--config-json") + 1]) for argv in commands]
+    assert any(argv[1] == "annotate-prm" for argv in commands)
+    for section in sections:
+        rm = section["reward_models"]
+        assert rm["tasks"] == ["gsm8k"] and rm["annotation"]["completions"] == 16
+        assert rm["train"]["lr"] == 2e-6
+        assert rm["train"]["batch_size"] * rm["train"]["grad_accum"] == 32

@@ -67,6 +67,12 @@ def test_default_dag_builds_tiny_policy_sfts_both_styles_and_evaluates_three_pol
         "evaluate_selection": 4,
         "select_best": 1,
         "preference_table": 1,
+        "sample_rm_data": 1,
+        "annotate_prm": 1,
+        "train_reward_model": 3,
+        "best_of_n": 1,
+        "hgs_search": 1,
+        "reward_tables": 1,
         "all": 1,
     }
     evaluations = {job["wildcards"] for job in dry_run_jobs(result) if job["rule"] == "evaluate"}
@@ -103,6 +109,9 @@ def test_results_logs_and_benchmarks_mirror_each_other(snakemake):
         assert job["benchmark"] == f"benchmarks/{name}.tsv", job
 
 
+MODEL_STAGE_SECTIONS = ("policy", "rollout", "generation", "sandbox", "tasks")
+
+
 def test_each_stage_gets_only_its_config_sections(snakemake):
     expected = {
         "make_task_data": {"seed", "tasks"},
@@ -115,6 +124,13 @@ def test_each_stage_gets_only_its_config_sections(snakemake):
         "label_preferences": {"seed", "preference"},
         "reference_logps": {"seed", "preference", "policy"},
         "preference_train": {"seed", "preference", "policy"},
+        "sample_rm_data": {"seed", "reward_models", *MODEL_STAGE_SECTIONS},
+        "annotate_prm": {"seed", "reward_models", *MODEL_STAGE_SECTIONS},
+        "mutate_code_prm": {"seed", "reward_models", "sandbox", "tasks"},
+        "train_reward_model": {"seed", "reward_models", "policy"},
+        "best_of_n": {"seed", "reward_models", *MODEL_STAGE_SECTIONS},
+        "hgs_search": {"seed", "reward_models", *MODEL_STAGE_SECTIONS},
+        "reward_tables": {"seed", "reward_models"},
     }
     for job in dry_run_jobs(snakemake("-n", "-p")):
         if job["rule"] in expected:
@@ -126,7 +142,7 @@ def test_each_stage_gets_only_its_config_sections(snakemake):
                 assert variants is None or [v["name"] for v in variants] == [
                     job["wildcards"].split("method=")[1].split(",")[0]
                 ]
-            if "task" in job.get("wildcards", "") and "tasks" in config:
+            if "task=" in job.get("wildcards", "") and "tasks" in expected[job["rule"]]:
                 # A task's jobs see only that task, so editing another task reruns nothing here.
                 assert list(config["tasks"]) == [job["wildcards"].split("task=")[1]]
 
@@ -178,6 +194,15 @@ def test_run_outputs_match_their_schemas(test_run):
     for name in ("summary.csv", "summary.md", "index.md", "pass_at_1.png", "sft_loss.png"):
         assert (test_run / "results/report" / name).stat().st_size > 0
     assert not list(test_run.glob("results/models/.*.ckpt")), "checkpoints left behind"
+    read_jsonl(test_run / "results/rm/arith/shepherd/prm.jsonl", schema="prm_steps")
+    read_jsonl(test_run / "results/search/arith/best-of-n/samples.jsonl", schema="trajectory")
+    table = json.loads((test_run / "results/search/arith/best-of-n/best_of_n.json").read_text())
+    methods = {row["method"] for row in table["rows"]}
+    assert {"pass@1", "maj@N", "bt@N", "orm@N", "prm-mean@N", "prm-min@N", "prm-last@N"} <= methods
+    hgs = json.loads((test_run / "results/search/arith/hgs/hgs.json").read_text())
+    assert set(hgs) >= {"greedy", "hgs", "sample_then_filter"}
+    assert (test_run / "results/report/reward_models/reward_models.md").stat().st_size > 0
+    assert not list(test_run.glob("results/rm/arith/.*.ckpt")), "checkpoints left behind"
 
 
 @pytest.mark.workflow
@@ -191,8 +216,9 @@ def test_run_writes_a_log_and_benchmark_per_job(test_run):
     }
     assert logs == benchmarks
     # 2 data, base, 2 sft, 4 evaluations, report; one M-DPO round: prompts, samples, labels,
-    # reference, training, 2 selection evaluations, best round, table
-    assert len(logs) == 19
+    # reference, training, 2 selection evaluations, best round, table; RM samples, PRM
+    # annotation, 3 reward models, best-of-N, HGS-PRM, reward tables
+    assert len(logs) == 27
 
 
 @pytest.mark.workflow

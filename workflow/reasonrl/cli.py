@@ -227,6 +227,65 @@ def preference_table(args: argparse.Namespace, config: dict) -> None:
     write_table(rows, args.best or [], args.out_dir)
 
 
+def sample_rm_data(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.rewards.stages import sample_rm_data as run
+
+    stats = run(config, args.model, args.problems, args.out_dir)
+    log.info("%d reward-model samples, accuracy %.3f", stats["samples"], stats["accuracy"])
+
+
+def annotate_prm(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.rewards.stages import annotate_prm as run
+
+    metrics = run(config, args.model, args.problems, args.samples, args.out_dir)
+    log.info("%.2f annotation rollouts/s", metrics["rollouts_per_second"])
+
+
+def mutate_code_prm(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.rewards.stages import mutate_code_prm as run
+
+    metrics = run(config, args.problems, args.out_dir)
+    log.info("%d code PRM rows from %d problems", metrics["rows"], metrics["problems"])
+
+
+def train_reward_model(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.rewards.training import run_train_reward_model
+
+    metrics = run_train_reward_model(
+        config, args.kind, args.model, args.problems, args.data, args.out
+    )
+    log.info("%s: final loss %s, held-out %s", args.kind, metrics["final_loss"], metrics["heldout"])
+
+
+def best_of_n(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.search_eval import best_of_n as run
+
+    models = {k: v for k, v in (("bt", args.bt), ("orm", args.orm), ("prm", args.prm)) if v}
+    table = run(config, args.policy, args.problems, models, args.out_dir)
+    log.info("best-of-N over %d problems, greedy %.3f", table["n_problems"], table["greedy_pass@1"])
+
+
+def score_rlhflow(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.search_eval import score_rlhflow as run
+
+    models = {k: v for k, v in (("bt", args.bt), ("orm", args.orm), ("prm", args.prm)) if v}
+    table = run(config, args.data, models, args.out_dir)
+    log.info("best-of-N of %d RLHFlow problems", table["n_problems"])
+
+
+def hgs_search(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.search_eval import hgs_search as run
+
+    metrics = run(config, args.policy, args.prm, args.problems, args.best_of_n, args.out_dir)
+    log.info("HGS-PRM accuracy %.3f", metrics["hgs"]["accuracy"])
+
+
+def reward_tables(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.search_tables import write_reward_tables
+
+    write_reward_tables(args.best_of_n, args.hgs, args.prm, args.out_dir)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reasonrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -307,7 +366,53 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--best", nargs="*")
     p.add_argument("--out-dir", required=True)
     add_containers_parser(sub)
+    _reward_model_stages(stage)
     return parser
+
+
+def _reward_model_stages(stage) -> None:
+    p = stage("sample-rm-data", sample_rm_data, "SFT samples of train prompts for reward models")
+    p.add_argument("--model", required=True)
+    p.add_argument("--problems", required=True)
+    p.add_argument("--out-dir", required=True)
+    p = stage("annotate-prm", annotate_prm, "Math-Shepherd step labels from K rollouts per step")
+    p.add_argument("--model", required=True)
+    p.add_argument("--problems", required=True)
+    p.add_argument("--samples", required=True, help="trajectories JSONL to annotate")
+    p.add_argument("--out-dir", required=True)
+    p = stage("mutate-code-prm", mutate_code_prm, "code PRM data from AST mutants + unit tests")
+    p.add_argument("--problems", required=True)
+    p.add_argument("--out-dir", required=True)
+    p = stage("train-reward-model", train_reward_model, "train a BT-RM, ORM or PRM")
+    p.add_argument("--kind", choices=["bt", "orm", "prm"], required=True)
+    p.add_argument("--model", required=True, help="SFT policy folder the RM starts from")
+    p.add_argument("--problems", required=True)
+    p.add_argument("--data", required=True, help="samples (bt, orm) or PRM step rows (prm)")
+    p.add_argument("--out", required=True)
+    p = stage("best-of-n", best_of_n, "best-of-N reranked by reward models, maj@N, pass@1")
+    p.add_argument("--policy", required=True)
+    p.add_argument("--problems", required=True)
+    p.add_argument("--bt")
+    p.add_argument("--orm")
+    p.add_argument("--prm")
+    p.add_argument("--out-dir", required=True)
+    p = stage("score-rlhflow", score_rlhflow, "best-of-N of an RLHFlow-format file (import)")
+    p.add_argument("--data", required=True, help="JSONL rows with prompt, answers, labels")
+    p.add_argument("--bt")
+    p.add_argument("--orm")
+    p.add_argument("--prm")
+    p.add_argument("--out-dir", required=True)
+    p = stage("hgs-search", hgs_search, "HGS-PRM decoding vs greedy vs sample-then-filter")
+    p.add_argument("--policy", required=True)
+    p.add_argument("--prm", required=True)
+    p.add_argument("--problems", required=True)
+    p.add_argument("--best-of-n", required=True, help="the best-of-n stage's output folder")
+    p.add_argument("--out-dir", required=True)
+    p = stage("reward-tables", reward_tables, "tables of best-of-N, HGS-PRM and PRM precision")
+    p.add_argument("--best-of-n", nargs="+", required=True, help="best_of_n.json files")
+    p.add_argument("--hgs", nargs="*", default=[], help="hgs.json files")
+    p.add_argument("--prm", nargs="*", default=[], help="PRM model folders")
+    p.add_argument("--out-dir", required=True)
 
 
 def _quiet_libraries() -> None:

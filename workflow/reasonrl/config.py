@@ -72,6 +72,7 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
                 )
     given = {"tasks", "preference"} <= set(raw or {})
     _check_preference(filled["preference"], filled["tasks"], source, given)
+    _check_reward_models(raw or {}, filled, source)
     return filled
 
 
@@ -89,6 +90,30 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
         raise ReasonRLError(
             f"{source}: config key 'preference.task' names '{section['task']}', "
             "which is not under 'tasks'"
+        )
+
+
+def _check_reward_models(raw: dict, filled: dict, source: str) -> None:
+    """reward_models.tasks name configured tasks; HGS-PRM runs only where reward models do."""
+    if "reward_models" not in raw:
+        return
+    section = filled["reward_models"]
+    for name in section["tasks"]:
+        if name not in filled["tasks"]:
+            raise ReasonRLError(
+                f"{source}: config key 'reward_models.tasks' names '{name}', "
+                "which is not under 'tasks'"
+            )
+    for name in section["hgs"]["tasks"]:
+        if section["tasks"] and name not in section["tasks"]:
+            raise ReasonRLError(
+                f"{source}: config key 'reward_models.hgs.tasks' names '{name}', "
+                "which is not in reward_models.tasks"
+            )
+    low, high = section["hgs"]["neutral_band"]
+    if low > high:
+        raise ReasonRLError(
+            f"{source}: config key 'reward_models.hgs.neutral_band' is not low, high"
         )
 
 

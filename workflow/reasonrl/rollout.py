@@ -42,6 +42,18 @@ class _State:
     turns: int = 0
     tool_status: list[str] = field(default_factory=list)
     finish_reason: str | None = None
+    partial: str = ""  # start of the next model turn, given (a step prefix); the model continues it
+
+
+@dataclass(frozen=True)
+class RolloutPrefix:
+    """Where a continued rollout starts: the conversation so far and, optionally, the start of
+    the next model turn (e.g. the first steps of a chain-of-thought turn)."""
+
+    problem: dict
+    messages: list[dict]
+    partial: str = ""
+    sample: int = 0
 
 
 def program_with_history(previous: list[str], cell: str) -> str:
@@ -80,7 +92,42 @@ def run_rollouts(
         for problem in problems
         for s in range(samples_per_problem)
     ]
+    return _roll(engine, states, params, limits, sandbox, policy)
+
+
+def continue_rollouts(
+    engine: GenerationEngine,
+    prefixes: list[RolloutPrefix],
+    params: SamplingParams,
+    limits: RolloutLimits,
+    sandbox,
+    policy: str = "",
+) -> list[dict]:
+    """Complete each prefix with the tool loop (all prefixes batched together); the turn cap
+    counts the prefix's model turns, and earlier code cells are re-run for their state."""
+    states = []
+    for prefix in prefixes:
+        messages = [dict(m) for m in prefix.messages]
+        replies = [m["content"] for m in messages if m["role"] == "assistant"]
+        cells = [code for code in map(last_code_block, replies) if code is not None]
+        states.append(
+            _State(
+                prefix.problem,
+                prefix.sample,
+                messages,
+                cells=cells,
+                turns=len(replies),
+                partial=prefix.partial,
+            )
+        )
+    return _roll(engine, states, params, limits, sandbox, policy)
+
+
+def _roll(engine, states: list[_State], params, limits, sandbox, policy: str) -> list[dict]:
     for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
+        for state in states:
+            if state.finish_reason is None and state.turns >= limits.max_turns:
+                state.finish_reason = "max_turns"
         live = [s for s in states if s.finish_reason is None]
         if not live:
             break
@@ -107,7 +154,10 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
             by_budget.setdefault(budget, []).append(state)
     to_run: list[tuple[_State, str]] = []
     for budget, group in by_budget.items():
-        prompts = [render(engine.tokenizer, s.messages, add_generation_prompt=True) for s in group]
+        prompts = [
+            render(engine.tokenizer, s.messages, add_generation_prompt=True) + s.partial
+            for s in group
+        ]
         turn_params = SamplingParams(
             temperature=params.temperature,
             top_p=params.top_p,
@@ -116,14 +166,16 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
             seed=params.seed + 7919 * turn,
         )
         for state, completion in zip(group, engine.generate(prompts, turn_params), strict=True):
-            state.messages.append({"role": "assistant", "content": completion.text})
+            text = state.partial + completion.text
+            state.partial = ""
+            state.messages.append({"role": "assistant", "content": text})
             state.tokens += completion.num_tokens
             state.turns += 1
-            code = last_code_block(completion.text)
+            code = last_code_block(text)
             if completion.finish_reason == "length":
                 capped = budget < limits.max_turn_tokens
                 state.finish_reason = "total_token_cap" if capped else "turn_token_cap"
-            elif is_final_turn(state.problem, completion.text):
+            elif is_final_turn(state.problem, text):
                 state.finish_reason = "answer"
             elif code is None:
                 state.finish_reason = "eos"

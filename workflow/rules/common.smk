@@ -322,3 +322,41 @@ def launcher(wildcards, resources):
         f"accelerate launch --config_file {shlex.quote(str(config_file))}"
         f" --num_processes {gpus} -m reasonrl.cli"
     )
+
+
+# --- reward models, best-of-N and HGS-PRM (workflow/rules/reward_models.smk) -----------------
+
+CODE_TASK_KINDS = ("pycode", "humaneval", "mbpp")
+
+
+def rm_tasks():
+    return config["reward_models"]["tasks"]
+
+
+def prm_data(wildcards):
+    """Code tasks get PRM data from mutants; math tasks from Math-Shepherd annotation."""
+    source = (
+        "mutation"
+        if config["tasks"][wildcards.task]["kind"] in CODE_TASK_KINDS
+        else "shepherd"
+    )
+    return f"results/rm/{wildcards.task}/{source}/prm.jsonl"
+
+
+def rm_training_data(wildcards):
+    if wildcards.kind == "prm":
+        return prm_data(wildcards)
+    return f"results/rm/{wildcards.task}/samples/samples.jsonl"
+
+
+def rm_policy_model():
+    return policy_model_input(config["reward_models"]["policy"])
+
+
+def reward_model_targets():
+    """The reward-model tables when reward_models.tasks names any task, else nothing."""
+    return ["results/report/reward_models/reward_models.md"] if rm_tasks() else []
+
+
+def hgs_tasks():
+    return [t for t in config["reward_models"]["hgs"]["tasks"] if t in rm_tasks()]

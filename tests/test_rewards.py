@@ -1,0 +1,514 @@
+"""Reward models and process supervision: steps, Math-Shepherd labels, mutants, scoring,
+Bradley-Terry pairs and loss, and the train-reward-model stage on tiny inputs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+
+from reasonrl.chat import render
+from reasonrl.errors import ReasonRLError
+from reasonrl.generation import Completion, SamplingParams
+from reasonrl.io import read_jsonl, write_jsonl
+from reasonrl.models import load_policy
+from reasonrl.rewards.annotation import annotate, shepherd_labels
+from reasonrl.rewards.mutation import MUTATION_KINDS, mutants, mutation_rows
+from reasonrl.rewards.pairs import edit_distance, farthest_pair, preference_pairs
+from reasonrl.rewards.scoring import (
+    aggregate,
+    encode_with_label_positions,
+    score_steps,
+    score_steps_one_by_one,
+    step_classes,
+)
+from reasonrl.rewards.steps import (
+    from_rlhflow,
+    orm_messages,
+    prm_messages,
+    split_text,
+    to_rlhflow,
+    trajectory_steps,
+)
+from reasonrl.rewards.training import (
+    bradley_terry_loss,
+    label_only_chat,
+    per_label_precision_recall,
+    run_train_reward_model,
+)
+from reasonrl.rollout import RolloutLimits
+from reasonrl.sandbox import Sandbox
+
+QUESTION = "Tom has 3 apples. He buys 4 more. How many apples does Tom have?"
+
+
+def math_problem(pid: str = "p0", answer: str = "7") -> dict:
+    return {
+        "id": pid,
+        "task": "arith",
+        "split": "train",
+        "question": QUESTION,
+        "answer": answer,
+        "solutions": {},
+        "code": None,
+        "meta": {},
+    }
+
+
+class ScriptedEngine:
+    """Completes a prompt by the first rule whose key the prompt ends with; each rule cycles
+    through its completions (so K copies of one prefix get the scripted mix)."""
+
+    def __init__(self, tokenizer, rules: dict[str, list[str]]):
+        self.tokenizer = tokenizer
+        self.rules = {key: itertools.cycle(texts) for key, texts in rules.items()}
+        self.prompts: list[str] = []
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        self.prompts += prompts
+        out = []
+        for prompt in prompts:
+            key = next(k for k in self.rules if prompt.rstrip().endswith(k))
+            out.append(Completion(next(self.rules[key]), 5, "eos"))
+        return out
+
+
+# --- steps and formats ---------------------------------------------------------------------
+
+
+def test_split_text_keeps_exact_prefixes_and_drops_empty_pieces():
+    text = "Tom has 3. He buys 4.  So 7.\n\nThe answer is 7."
+    spans = split_text(text, r"(?<=[.!?])\s+|\n+")
+    pieces = [text[lo:hi].strip() for lo, hi in spans]
+    assert pieces == ["Tom has 3.", "He buys 4.", "So 7.", "The answer is 7."]
+    assert spans[-1][1] == len(text)
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_turn_steps_pair_each_model_turn_with_its_interpreter_output():
+    messages = [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "code A"},
+        {"role": "user", "content": "```output\n7\n```"},
+        {"role": "assistant", "content": "The answer is \\boxed{7}."},
+    ]
+    steps = trajectory_steps(messages, "turn", "")
+    assert [s.text for s in steps] == ["code A\n```output\n7\n```", "The answer is \\boxed{7}."]
+    assert steps[0].messages == messages[:3] and steps[1].messages == messages
+
+
+def test_prm_and_orm_chats_follow_the_rlhflow_layout():
+    chat = prm_messages("Q?", ["s1", "s2"], ["+", "-"])
+    assert chat == [
+        {"role": "user", "content": "Q?\ns1"},
+        {"role": "assistant", "content": "+"},
+        {"role": "user", "content": "s2"},
+        {"role": "assistant", "content": "-"},
+    ]
+    assert orm_messages("Q?", ["s1", "s2"], "-")[0]["content"] == "Q?\ns1\ns2"
+    with pytest.raises(ReasonRLError, match="label"):
+        prm_messages("Q?", ["s1"], ["?"])
+
+
+def test_rlhflow_format_round_trips_and_names_the_bad_row():
+    row = to_rlhflow("Q?", [["a", "b"], ["c"]], [True, False])
+    assert row == {"prompt": "Q?", "answers": ["a\n\nb", "c"], "labels": [1, 0]}
+    assert from_rlhflow(row, "f.jsonl:1") == ("Q?", [["a", "b"], ["c"]], [True, False])
+    with pytest.raises(ReasonRLError, match="f.jsonl:3: RLHFlow row lacks 'labels'"):
+        from_rlhflow({"prompt": "Q", "answers": []}, "f.jsonl:3")
+
+
+def test_aggregations_and_neutral_band():
+    assert aggregate([0.9, 0.2, 0.7], "mean") == pytest.approx(0.6)
+    assert aggregate([0.9, 0.2, 0.7], "min") == 0.2
+    assert aggregate([0.9, 0.2, 0.7], "last") == 0.7
+    with pytest.raises(ReasonRLError, match="aggregation"):
+        aggregate([0.5], "max")
+    probs = torch.tensor([[0.9, 0.1], [0.5, 0.5], [0.1, 0.9]])
+    assert step_classes(probs, ["+", "-"], [0.3, 0.7]) == ["+", "~", "-"]
+    three = torch.tensor([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    assert step_classes(three, ["+", "-", "~"], [0.3, 0.7]) == ["~", "+"]
+
+
+# --- Math-Shepherd annotation --------------------------------------------------------------
+
+
+def test_shepherd_rule_hard_is_any_correct_soft_is_the_fraction():
+    hard, soft = shepherd_labels([[False, True, False, False], [False] * 4, [True]])
+    assert hard == ["+", "-", "+"]
+    assert soft == [0.25, 0.0, 1.0]
+
+
+def test_annotation_of_a_hand_made_trajectory_set_matches_the_rule(tiny_policy):
+    _, tokenizer = load_policy(tiny_policy)
+    right, wrong = "So \\boxed{7}.", "So \\boxed{8}."
+    # Solution 1 (correct): step 1 -> 1 of 4 completions right, step 2 -> none, step 3 = end.
+    # Solution 2 (wrong): step 1 -> all right, step 2 -> 2 of 4 right, step 3 = end (wrong).
+    rules = {
+        "Tom starts at 3.": [wrong, right, wrong, wrong],
+        "Tom starts at 3. He adds 4.": [wrong],
+        "Begin with 3.": [right],
+        "Begin with 3. Add four.": [right, wrong],
+    }
+    engine = ScriptedEngine(tokenizer, rules)
+    prompt = {"role": "user", "content": QUESTION}
+
+    def solution(sample: int, text: str, correct: bool) -> dict:
+        return {
+            "problem_id": "p0",
+            "task": "arith",
+            "sample": sample,
+            "messages": [prompt, {"role": "assistant", "content": text}],
+            "correct": correct,
+        }
+
+    solutions = [
+        solution(0, f"Tom starts at 3. He adds 4. {right}", True),
+        solution(1, f"Begin with 3. Add four. {wrong}", False),
+    ]
+    rows, stats = annotate(
+        {"p0": math_problem()},
+        solutions,
+        engine,
+        sandbox=Sandbox.from_config({}),
+        limits=RolloutLimits(2, 64, 128),
+        completions=4,
+        params=SamplingParams(temperature=1.0),
+        splitter="regex",
+        pattern=r"(?<=\.)\s+",
+    )
+    assert [r["labels"] for r in rows] == [["+", "-", "+"], ["+", "+", "-"]]
+    assert [r["soft_labels"] for r in rows] == [[0.25, 0.0, 1.0], [1.0, 0.5, 0.0]]
+    assert rows[0]["steps"] == ["Tom starts at 3.", "He adds 4.", right]
+    assert stats.rollouts == 2 * 2 * 4  # 2 solutions x 2 non-final steps x K
+    assert len(engine.prompts) == stats.rollouts  # all prefixes went out in batch(es)
+    write_jsonl("/dev/null", rows, schema="prm_steps")
+
+
+# --- code PRM by mutation ------------------------------------------------------------------
+
+BODY = (
+    "    total = 0\n"
+    "    for x in xs[1:]:\n"
+    "        if x > 2 and x < 10:\n"
+    "            total += x * 2\n"
+    "    return max(total, 0)\n"
+)
+
+
+def test_mutants_cover_every_kind_and_change_one_line_that_parses():
+    found = mutants(BODY)
+    assert {m.kind for m in found} == set(MUTATION_KINDS)
+    lines = BODY.splitlines()
+    for m in found:
+        changed = [
+            i for i, (a, b) in enumerate(zip(lines, m.source.splitlines(), strict=False)) if a != b
+        ]
+        assert changed == [m.line], m
+        compile("def f(xs):\n" + m.source, "<mutant>", "exec")
+    by_kind = {k: {m.mutated_line.strip() for m in found if m.kind == k} for k in MUTATION_KINDS}
+    assert "for x in xs[2:]:" in by_kind["slice"]
+    assert "if x >= 2 and x < 10:" in by_kind["comparison"]
+    assert "if x > 2 or x < 10:" in by_kind["boolean"]
+    assert "total += x * 3" in by_kind["constant"]
+    assert "total -= x * 2" in by_kind["arithmetic"]
+    assert "return max(0, total)" in by_kind["swap_args"]
+
+
+def test_mutants_keep_precedence_with_parentheses():
+    found = mutants("    return a * (b + c)\n", ("arithmetic",))
+    assert "    return a * (b - c)" in {m.mutated_line for m in found}
+    assert all(m.mutated_line != "    return a * b - c" for m in found)
+
+
+def code_problem() -> dict:
+    prompt = 'def f(xs: list) -> int:\n    """Twice the sum of xs[1:] in (2, 10), at least 0."""\n'
+    test = (
+        "def check(candidate):\n"
+        "    assert candidate([1, 3, 4, 20]) == 14\n"
+        "    assert candidate([5, 9, 1, 3]) == 24\n"
+        "    assert candidate([]) == 0\n"
+    )
+    code = {"prompt": prompt, "test": test, "entry_point": "f", "canonical_solution": BODY}
+    return {**math_problem("c0", ""), "task": "pycode", "question": prompt, "code": code}
+
+
+def test_mutation_rows_label_original_positive_passing_neutral_failing_negative():
+    sandbox = Sandbox.from_config({"cpu_seconds": 2, "wall_seconds": 5})
+    rows, counts = mutation_rows([code_problem()], sandbox, 100, MUTATION_KINDS, 0)
+    original = [r for r in rows if r["mutation"] == "original"]
+    assert len(original) == 1 and set(original[0]["labels"]) == {"+"}
+    assert len(original[0]["steps"]) == 5
+    last = {(r["mutation"], r["steps"][-1].strip()): r["labels"] for r in rows}
+    assert last[("swap_args", "return max(0, total)")] == ["+"] * 4 + ["~"]
+    assert last[("comparison", "if x >= 2 and x < 10:")] == ["+", "+", "~"]  # no test has a 2
+    assert last[("slice", "for x in xs[2:]:")] == ["+", "-"]
+    assert {"+", "-", "~"} == {r["labels"][-1] for r in rows}
+    assert counts["skipped_problems"] == 0
+    write_jsonl("/dev/null", rows, schema="prm_steps")
+
+
+def test_a_reference_that_fails_its_tests_labels_nothing():
+    problem = code_problem()
+    problem["code"] = {**problem["code"], "test": "def check(c):\n    assert c([3]) == 1\n"}
+    sandbox = Sandbox.from_config({"cpu_seconds": 2, "wall_seconds": 5})
+    rows, counts = mutation_rows([problem], sandbox, 1, ("constant",), 0)
+    assert rows == [] and counts["skipped_problems"] == 1
+
+
+# --- scoring ------------------------------------------------------------------------------
+
+
+def test_one_pass_step_scores_equal_per_step_scores(tiny_policy):
+    model, tokenizer = load_policy(tiny_policy)
+    model.eval()
+    steps = ["x = 12 + 30", "print(x)", "```output\n42\n```", "The answer is 42.", "Done."]
+    short = steps[:2]
+    one_pass = score_steps(model, tokenizer, [("Q?", steps), ("Q?", short)], ["+", "-"])
+    assert [p.shape for p in one_pass] == [(5, 2), (2, 2)]
+    reference = score_steps_one_by_one(model, tokenizer, "Q?", steps, ["+", "-"])
+    torch.testing.assert_close(one_pass[0], reference, atol=1e-5, rtol=1e-4)
+    # Right padding in the batch does not change the shorter solution's verdicts either.
+    torch.testing.assert_close(one_pass[1], reference[:2], atol=1e-5, rtol=1e-4)
+
+
+def test_label_positions_come_from_the_template_spans(tiny_policy):
+    _, tokenizer = load_policy(tiny_policy)
+    ids, positions = encode_with_label_positions(
+        tokenizer, prm_messages("Q?", ["a", "b"], ["+", "-"])
+    )
+    assert [tokenizer.decode([ids[p]]) for p in positions] == ["+", "-"]
+    chat = label_only_chat(tokenizer, prm_messages("Q?", ["a", "b"], ["+", "-"]), 512)
+    assert [i for i, m in enumerate(chat.loss_mask) if m] == positions
+
+
+# --- Bradley-Terry ------------------------------------------------------------------------
+
+
+def test_edit_distance_and_farthest_pair():
+    assert edit_distance(list("kitten"), list("sitting")) == 3
+    assert edit_distance([], ["a", "b"]) == 2
+
+    def row(sample, text, correct):
+        messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": text}]
+        return {
+            "problem_id": "p",
+            "task": "t",
+            "sample": sample,
+            "messages": messages,
+            "correct": correct,
+        }
+
+    rows = [row(0, "a b c", True), row(1, "a b d", False), row(2, "x y z w v", False)]
+    assert [r["sample"] for r in farthest_pair(rows)] == [0, 2]
+    pairs, ties = preference_pairs(rows)
+    assert ties == 0 and pairs[0]["chosen"] == rows[0]["messages"]
+    pairs, ties = preference_pairs([row(0, "a", True), row(1, "b c d", True)])
+    assert pairs == [] and ties == 1  # both correct: no preference
+
+
+class ScalarModel(torch.nn.Module):
+    def __init__(self, rewards):
+        super().__init__()
+        self.rewards = torch.nn.Parameter(torch.tensor(rewards))
+
+    def forward(self, input_ids, attention_mask, use_cache):
+        return type("Out", (), {"logits": self.rewards[:, None]})()
+
+
+def test_bradley_terry_loss_is_minus_log_sigmoid_of_the_margin():
+    model = ScalarModel([2.0, 0.5, 1.0, 1.5])  # chosen: 2.0, 0.5; rejected: 1.0, 1.5
+    batch = {"input_ids": torch.zeros(4, 3, dtype=torch.long), "attention_mask": torch.ones(4, 3)}
+    loss, stats = bradley_terry_loss(model, batch)
+    expected = -(math.log(1 / (1 + math.exp(-1.0))) + math.log(1 / (1 + math.exp(1.0)))) / 2
+    assert loss.item() == pytest.approx(expected)
+    assert stats["accuracy"] == 0.5
+
+
+def test_per_label_precision_recall():
+    result = per_label_precision_recall(["+", "+", "-", "~"], ["+", "-", "-", "+"], ["+", "-", "~"])
+    assert result["+"] == {"precision": 0.5, "recall": 0.5, "support": 2}
+    assert result["-"] == {"precision": 0.5, "recall": 1.0, "support": 1}
+    assert result["~"] == {"precision": None, "recall": 0.0, "support": 1}
+
+
+# --- the train-reward-model stage on tiny inputs ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rm_inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rm-inputs")
+    problems = [math_problem(f"p{i}", str(7 + i)) for i in range(6)]
+    write_jsonl(folder / "problems.jsonl", problems, schema="problem")
+    samples, prm_rows = [], []
+    for p in problems:
+        for s in range(3):
+            correct = s == 0
+            answer = p["answer"] if correct else "0"
+            text = f"Add them. The answer is \\boxed{{{answer}}}." + " More words." * s
+            samples.append(
+                {
+                    "problem_id": p["id"],
+                    "task": "arith",
+                    "sample": s,
+                    "correct": correct,
+                    "messages": [
+                        {"role": "user", "content": p["question"]},
+                        {"role": "assistant", "content": text},
+                    ],
+                    "final_answer": answer,
+                    "finish_reason": "answer",
+                    "num_turns": 1,
+                    "num_tokens": 9,
+                    "tool_status": [],
+                }
+            )
+            prm_rows.append(
+                {
+                    "problem_id": p["id"],
+                    "task": "arith",
+                    "sample": s,
+                    "question": p["question"],
+                    "steps": ["Add them.", f"The answer is {answer}."],
+                    "labels": ["+", "+" if correct else "-"],
+                    "soft_labels": [1.0, float(correct)],
+                    "source": "math-shepherd",
+                }
+            )
+    write_jsonl(folder / "samples.jsonl", samples, schema="trajectory")
+    write_jsonl(folder / "prm.jsonl", prm_rows, schema="prm_steps")
+    return folder
+
+
+def rm_config() -> dict:
+    from reasonrl.config import validate_config
+
+    return validate_config(
+        {
+            "reward_models": {
+                "heldout_fraction": 0.34,
+                "step_splitter": "regex",
+                "split_pattern": r"(?<=\.)\s+",
+                "train": {"max_steps": 3, "batch_size": 4, "checkpoint_every": 2},
+            }
+        }
+    )
+
+
+@pytest.mark.parametrize("kind", ["bt", "orm", "prm"])
+def test_train_reward_model_writes_model_metrics_and_heldout(
+    tiny_policy, rm_inputs, tmp_path, kind
+):
+    data = rm_inputs / ("prm.jsonl" if kind == "prm" else "samples.jsonl")
+    out = tmp_path / f"model-{kind}"
+    metrics = run_train_reward_model(
+        rm_config(), kind, str(tiny_policy), str(rm_inputs / "problems.jsonl"), str(data), str(out)
+    )
+    assert metrics["steps"] == 3 and math.isfinite(metrics["final_loss"])
+    info = json.loads((out / "reward_model.json").read_text())
+    assert info["kind"] == kind
+    assert (out / "manifest.json").is_file() and (out / "metrics.csv").is_file()
+    heldout = metrics["heldout"]
+    if kind == "bt":
+        assert heldout["pairs"] == 2 and 0 <= heldout["accuracy"] <= 1
+    elif kind == "orm":
+        assert heldout["solutions"] == 6 and 0 <= heldout["accuracy"] <= 1
+    else:
+        assert heldout["steps"] == 12 and set(heldout["per_label"]) == {"+", "-"}
+    assert not list(tmp_path.glob(".*.ckpt")), "checkpoints left behind"
+
+
+def test_train_reward_model_names_an_unknown_problem(tiny_policy, rm_inputs, tmp_path):
+    rows = read_jsonl(rm_inputs / "prm.jsonl")
+    rows[0]["problem_id"] = "nope"
+    write_jsonl(tmp_path / "prm.jsonl", rows)
+    with pytest.raises(ReasonRLError, match=r"prm.jsonl: problem 'nope' is not in"):
+        run_train_reward_model(
+            rm_config(),
+            "prm",
+            str(tiny_policy),
+            str(rm_inputs / "problems.jsonl"),
+            str(tmp_path / "prm.jsonl"),
+            str(tmp_path / "out"),
+        )
+
+
+def test_bt_scores_read_the_last_token_of_each_conversation(tiny_policy):
+    from transformers import AutoModelForSequenceClassification
+
+    from reasonrl.rewards.scoring import bt_scores
+
+    _, tokenizer = load_policy(tiny_policy)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_policy, num_labels=1).eval()
+    texts = [render(tokenizer, [{"role": "user", "content": t}]) for t in ("a", "a b c d e f")]
+    batched = bt_scores(model, tokenizer, texts)
+    alone = [bt_scores(model, tokenizer, [t])[0] for t in texts]
+    assert batched == pytest.approx(alone, abs=1e-5)
+
+
+def test_score_rlhflow_imports_the_format_and_reranks(tiny_policy, tmp_path):
+    import shutil
+
+    from reasonrl.config import validate_config
+    from reasonrl.search_eval import score_rlhflow
+
+    models = {}
+    for kind in ("orm", "prm"):
+        folder = tmp_path / kind
+        shutil.copytree(tiny_policy, folder)
+        (folder / "reward_model.json").write_text(json.dumps({"kind": kind, "labels": ["+", "-"]}))
+        models[kind] = str(folder)
+    rows = [
+        to_rlhflow("Q1?", [["a", "so \\boxed{1}"], ["b \\boxed{2}"]], [True, False]),
+        to_rlhflow("Q2?", [["c \\boxed{3}"], ["d", "e \\boxed{3}"]], [False, False]),
+    ]
+    write_jsonl(tmp_path / "rlhflow.jsonl", rows)
+    config = validate_config({"reward_models": {"best_of_n": {"n": [1, 2]}}})
+    table = score_rlhflow(config, str(tmp_path / "rlhflow.jsonl"), models, str(tmp_path / "out"))
+    assert table["n_problems"] == 2 and table["n_samples"] == 2
+    by = {(r["N"], r["method"]): r["accuracy"] for r in table["rows"]}
+    assert {"orm@N", "prm-mean@N", "prm-min@N", "prm-last@N", "maj@N"} <= {m for _, m in by}
+    assert by[(2, "pass@N")] == 0.5 and by[(1, "pass@1")] == 0.25
+    assert (tmp_path / "out/best_of_n.csv").is_file()
+
+
+def test_code_prm_trains_three_classes_on_mutation_rows(tiny_policy, tmp_path):
+    sandbox = Sandbox.from_config({"cpu_seconds": 2, "wall_seconds": 5})
+    problems = [{**code_problem(), "id": f"c{i}"} for i in range(3)]
+    rows, _ = mutation_rows(problems, sandbox, 2, MUTATION_KINDS, 0)
+    write_jsonl(tmp_path / "problems.jsonl", problems, schema="problem")
+    write_jsonl(tmp_path / "prm.jsonl", rows, schema="prm_steps")
+    metrics = run_train_reward_model(
+        rm_config(),
+        "prm",
+        str(tiny_policy),
+        str(tmp_path / "problems.jsonl"),
+        str(tmp_path / "prm.jsonl"),
+        str(tmp_path / "model-prm"),
+    )
+    assert metrics["labels"] == ["+", "-", "~"]
+    assert json.loads((tmp_path / "model-prm/reward_model.json").read_text())["labels"] == [
+        "+",
+        "-",
+        "~",
+    ]
+    assert set(metrics["heldout"]["per_label"]) == {"+", "-", "~"}
+
+
+def test_bt_without_decisive_pairs_writes_an_untrained_head_and_says_so(
+    tiny_policy, rm_inputs, tmp_path
+):
+    rows = read_jsonl(rm_inputs / "samples.jsonl")
+    for row in rows:
+        row["correct"] = False  # a policy that never solves anything: every pair is a tie
+    write_jsonl(tmp_path / "samples.jsonl", rows, schema="trajectory")
+    metrics = run_train_reward_model(
+        rm_config(), "bt", str(tiny_policy), str(rm_inputs / "problems.jsonl"),
+        str(tmp_path / "samples.jsonl"), str(tmp_path / "model-bt"),
+    )  # fmt: skip
+    assert metrics["steps"] == 0 and metrics["final_loss"] is None
+    assert metrics["train_pairs"] == 0 and metrics["tied_prompts"] == 6
+    assert (tmp_path / "model-bt/reward_model.json").is_file()

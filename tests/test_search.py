@@ -1,0 +1,175 @@
+"""Best-of-N arithmetic and the HGS-PRM search order on a scripted model and PRM."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from reasonrl.search import (
+    HGSSearch,
+    best_of_n_expected,
+    best_of_n_metrics,
+    run_hgs,
+    sample_then_filter,
+)
+
+
+def brute_force_best_of_n(scores, correct, n_pick):
+    subsets = list(itertools.combinations(range(len(scores)), n_pick))
+    wins = [correct[min(s, key=lambda i: (-scores[i], i))] for s in subsets]
+    return sum(wins) / len(subsets)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_best_of_n_expectation_equals_enumerating_subsets(seed):
+    rng = random.Random(seed)
+    n = 7
+    scores = [rng.choice([0.1, 0.5, 0.9, rng.random()]) for _ in range(n)]  # with ties
+    correct = [rng.random() < 0.4 for _ in range(n)]
+    for n_pick in range(1, n + 1):
+        assert best_of_n_expected(scores, correct, n_pick) == pytest.approx(
+            brute_force_best_of_n(scores, correct, n_pick)
+        )
+
+
+def test_best_of_n_metrics_rows_and_a_perfect_scorer():
+    groups = [
+        {
+            "correct": [False, True, False, False],
+            "answers": ["1", "2", "1", "3"],
+            "scores": {"oracle": [0.0, 1.0, 0.0, 0.0], "anti": [1.0, 0.0, 1.0, 1.0]},
+        },
+        {
+            "correct": [True, True, False, False],
+            "answers": ["5", "5", "4", None],
+            "scores": {"oracle": [1.0, 1.0, 0.0, 0.0], "anti": [0.0, 0.0, 1.0, 1.0]},
+        },
+    ]
+    table = best_of_n_metrics(groups, [1, 4, 8], ["oracle", "anti"])
+    rows = {(r["N"], r["method"]): r for r in table["rows"]}
+    assert {n for n, _ in rows} == {1, 4}  # N = 8 > samples is skipped
+    assert rows[(4, "oracle@N")]["accuracy"] == 1.0
+    assert rows[(4, "anti@N")]["accuracy"] == 0.0
+    assert rows[(4, "pass@N")]["accuracy"] == 1.0
+    assert rows[(4, "maj@N")]["accuracy"] == pytest.approx(0.5)  # "1" wins problem 1; "5" problem 2
+    assert rows[(1, "pass@1")]["accuracy"] == pytest.approx((1 / 4 + 2 / 4) / 2)
+    assert rows[(4, "oracle@N")]["ci_low"] <= 1.0 <= rows[(4, "oracle@N")]["ci_high"]
+
+
+def test_sample_then_filter_drops_samples_with_a_negative_step():
+    labels = [[["+", "+"], ["+", "-"], ["~", "+"]], [["-"], ["-", "+"]]]
+    correct = [[True, False, False], [True, False]]
+    result = sample_then_filter(labels, correct)
+    assert result["kept"] == 2 and result["samples"] == 5
+    assert result["accuracy_before"] == pytest.approx(2 / 5)
+    assert result["accuracy_after"] == pytest.approx(1 / 2)
+    assert result["accuracy_per_problem"] == pytest.approx((1 / 2 + 0) / 2)
+
+
+# --- HGS-PRM on a scripted model and PRM -------------------------------------------------
+
+
+class ScriptedTree:
+    """The model: the k-th expansion of a node named "a.b" is named "a.b.k" (k from 1); a
+    step is final at `depth`. The PRM: labels looked up by name, "-" for unlisted steps."""
+
+    def __init__(self, labels: dict[str, str], depth: int):
+        self.labels, self.depth = labels, depth
+        self.children: dict[str, int] = {}
+        self.expanded: list[str] = []
+
+    def expand(self, ids, paths, round_no):
+        out = []
+        for path in paths:
+            parent = path[-1] if path else "r"
+            self.children[parent] = self.children.get(parent, 0) + 1
+            name = f"{parent}.{self.children[parent]}"
+            self.expanded.append(name)
+            out.append((name, name.count(".") == self.depth))
+        return out
+
+    def label(self, ids, paths, steps):
+        return [self.labels.get(step, "-") for step in steps]
+
+
+def search(labels, depth=2, bandwidth=3, iterations=20):
+    tree = ScriptedTree(labels, depth)
+    (result,) = run_hgs(1, tree.expand, tree.label, bandwidth, iterations)
+    return result, tree.expanded
+
+
+def test_hgs_accepts_the_first_positive_step_and_stops_at_a_final_one():
+    result, expanded = search({"r.1": "+", "r.1.1": "+"})
+    assert expanded == ["r.1", "r.1.1"]
+    assert result.path() == ["r.1", "r.1.1"] and result.finished == "answer"
+
+
+def test_hgs_samples_siblings_until_a_positive_one():
+    result, expanded = search({"r.1": "-", "r.2": "~", "r.3": "+", "r.3.1": "+"})
+    assert expanded == ["r.1", "r.2", "r.3", "r.3.1"]
+    assert result.path() == ["r.3", "r.3.1"]
+
+
+def test_hgs_falls_back_to_a_neutral_child_at_max_bandwidth():
+    result, expanded = search({"r.1": "-", "r.2": "~", "r.3": "~", "r.2.1": "+"})
+    assert expanded == ["r.1", "r.2", "r.3", "r.2.1"]  # the first neutral child is taken
+    assert ("take-neutral", "r.2") in result.events
+    assert result.path() == ["r.2", "r.2.1"] and result.finished == "answer"
+
+
+def test_hgs_backtracks_when_every_child_is_negative():
+    # r.1 is accepted but all its children are negative: back to the root, whose next child
+    # r.2 leads to an answer.
+    result, expanded = search({"r.1": "+", "r.2": "+", "r.2.1": "+"}, bandwidth=2)
+    assert expanded == ["r.1", "r.1.1", "r.1.2", "r.2", "r.2.1"]
+    assert ("backtrack", "r.1") in result.events
+    assert result.path() == ["r.2", "r.2.1"]
+
+
+def test_hgs_backtracking_a_neutral_fallback_tries_the_next_neutral():
+    labels = {"r.1": "~", "r.2": "~", "r.2.1": "+"}
+    result, expanded = search(labels, bandwidth=2)
+    assert expanded == ["r.1", "r.2", "r.1.1", "r.1.2", "r.2.1"]
+    kinds = [e[0] for e in result.events]
+    assert kinds == [
+        "neutral",
+        "neutral",
+        "take-neutral",
+        "reject",
+        "reject",
+        "backtrack",
+        "take-neutral",
+        "accept",
+    ]
+    assert result.path() == ["r.2", "r.2.1"]
+
+
+def test_hgs_stops_at_the_iteration_cap_and_an_exhausted_root():
+    result, expanded = search({"r.1": "+", "r.1.1": "~"}, depth=5, iterations=4)
+    assert len(expanded) == 4 and result.finished == "cap"
+    assert result.events[-1] == ("cap",)
+    assert result.path()[:1] == ["r.1"]  # answered from the current state
+    result, expanded = search({}, bandwidth=2)
+    assert expanded == ["r.1", "r.2"] and result.finished == "exhausted"
+
+
+def test_hgs_searches_run_in_lockstep_one_batch_per_round():
+    calls = []
+
+    def expand(ids, paths, round_no):
+        calls.append(list(ids))
+        return [(f"s{round_no}", True) for _ in ids]
+
+    labels = iter(["-", "+", "+"])  # problem 0 rejects its first child, problem 1 accepts
+    searches = run_hgs(2, expand, lambda ids, paths, steps: [next(labels) for _ in ids], 3, 9)
+    assert calls == [[0, 1], [0]]
+    assert [s.finished for s in searches] == ["answer", "answer"]
+
+
+def test_hgs_search_is_a_pure_state_machine():
+    hgs = HGSSearch(max_bandwidth=1, max_iterations=math.inf)
+    hgs.receive("x", "~", final=True)  # bandwidth 1: the neutral child is taken at once
+    assert hgs.finished == "answer" and hgs.path() == ["x"]

@@ -1,0 +1,9 @@
+"""Reward models and process supervision.
+
+steps: solutions as steps, and the chat formats the reward models read (PRM, ORM, BT).
+scoring: P("+") of every step in one forward pass, ORM and Bradley-Terry scores, aggregation.
+pairs: Bradley-Terry preference pairs (maximum edit distance among SFT samples).
+annotation: Math-Shepherd step labels from K completions of every step prefix.
+mutation: code PRM data from one-node AST mutations checked by unit tests.
+training: the reward-model losses and the `train-reward-model` stage (the shared loop).
+"""

@@ -1,0 +1,148 @@
+"""Solutions as steps, and the chat formats the reward models read.
+
+A step of a tool-integrated trajectory is one model turn together with the interpreter
+output that answers it; a chain-of-thought turn is cut by a configurable splitter (a regex
+that matches the gaps between steps). Code solutions are cut into lines.
+
+PRM format (RLHFlow / Math-Shepherd): each step is a user turn, the assistant answers with a
+label token ("+" good, "-" bad, "~" neutral for the 3-class code PRM); the first user turn
+also holds the question. ORM format: the question and the whole solution in one user turn,
+the assistant answers "+" or "-".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from reasonrl.errors import ReasonRLError
+from reasonrl.tasks import CODE_BLOCK, is_code_task
+
+POSITIVE, NEGATIVE, NEUTRAL = "+", "-", "~"
+LABELS = (POSITIVE, NEGATIVE, NEUTRAL)
+PLACEHOLDER = POSITIVE  # what earlier steps' answers hold when a solution is scored (RLHFlow)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: its text for the PRM, and where a rollout that continues after it starts."""
+
+    text: str
+    messages: list[dict]  # conversation through this step (whole turns)
+    partial: str = ""  # the part of the next model turn that belongs to this prefix
+
+
+def split_text(text: str, pattern: str) -> list[tuple[int, int]]:
+    """Character spans of the steps of `text`; `pattern` matches the separators between them.
+
+    Each span runs to the start of the next step, so text[:end] of a span is the exact prefix a
+    continuation resumes from. Empty pieces are dropped.
+    """
+    cuts = [m.end() for m in re.finditer(pattern, text) if 0 < m.end() < len(text)]
+    bounds = [0, *cuts, len(text)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if text[lo:hi].strip()]
+
+
+def trajectory_steps(messages: list[dict], splitter: str, pattern: str) -> list[Step]:
+    """The steps of a trajectory (its messages, prompt first).
+
+    splitter "turn": one step per model turn (with the interpreter output after it);
+    "regex": every model turn is cut further at `pattern`.
+    """
+    if splitter not in ("turn", "regex"):
+        raise ReasonRLError(f"unknown step splitter {splitter!r} (expected 'turn' or 'regex')")
+    steps: list[Step] = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        following = messages[i + 1] if i + 1 < len(messages) else None
+        output = following if following and following["role"] == "user" else None
+        through = messages[: i + 1 + (output is not None)]
+        if splitter == "turn":
+            text = message["content"] + (f"\n{output['content']}" if output else "")
+            steps.append(Step(text.strip(), through))
+            continue
+        spans = split_text(message["content"], pattern)
+        for j, (lo, hi) in enumerate(spans):
+            piece = message["content"][lo:hi].strip()
+            if j + 1 < len(spans):
+                steps.append(Step(piece, messages[:i], message["content"][:hi]))
+            else:
+                text = piece + (f"\n{output['content']}" if output else "")
+                steps.append(Step(text.strip(), through))
+    return steps
+
+
+def code_lines(program: str) -> list[str]:
+    """Non-blank lines of a program: the steps of a code solution."""
+    return [line for line in program.splitlines() if line.strip()]
+
+
+def solution_code(messages: list[dict]) -> str | None:
+    """The code of the last model turn's code block (what a code task's answer is)."""
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    blocks = CODE_BLOCK.findall(replies[-1]) if replies else []
+    return blocks[-1] if blocks else None
+
+
+def solution_step_texts(problem: dict, messages: list[dict], section: dict) -> list[str]:
+    """The step texts a PRM scores for a sampled solution of `problem`.
+
+    Code tasks: the lines of the function (lines already in the prompt are not steps);
+    math tasks: `trajectory_steps` with the configured splitter.
+    """
+    if is_code_task(problem):
+        code = solution_code(messages)
+        if code is None:
+            return [messages[-1]["content"].strip() or "(empty)"]
+        prompt_lines = set(code_lines(problem["code"]["prompt"]))
+        lines = [line for line in code_lines(code) if line not in prompt_lines]
+        return lines or ["(empty)"]
+    steps = trajectory_steps(messages, section["step_splitter"], section["split_pattern"])
+    return [s.text for s in steps] or ["(empty)"]
+
+
+def prm_messages(question: str, steps: list[str], labels: list[str] | None = None) -> list[dict]:
+    """The multi-turn PRM chat; unlabelled steps get the placeholder answer."""
+    if not steps:
+        raise ReasonRLError("a PRM conversation needs at least one step")
+    labels = labels or [PLACEHOLDER] * len(steps)
+    messages = []
+    for i, (step, label) in enumerate(zip(steps, labels, strict=True)):
+        if label not in LABELS:
+            raise ReasonRLError(f"step label {label!r} is not one of {LABELS}")
+        content = f"{question}\n{step}" if i == 0 else step
+        messages += [{"role": "user", "content": content}, {"role": "assistant", "content": label}]
+    return messages
+
+
+def orm_messages(question: str, steps: list[str], label: str = PLACEHOLDER) -> list[dict]:
+    """The single-turn ORM chat: question and whole solution, answered by "+" or "-"."""
+    solution = "\n".join(steps)
+    return [
+        {"role": "user", "content": f"{question}\n{solution}"},
+        {"role": "assistant", "content": label},
+    ]
+
+
+def to_rlhflow(question: str, solutions: list[list[str]], correct: list[bool]) -> dict:
+    """A row of the RLHFlow best-of-N evaluation format (steps joined by blank lines)."""
+    return {
+        "prompt": question,
+        "answers": ["\n\n".join(steps) for steps in solutions],
+        "labels": [int(c) for c in correct],
+    }
+
+
+def from_rlhflow(row: dict, where: str) -> tuple[str, list[list[str]], list[bool]]:
+    """(question, step lists, correctness) of an RLHFlow row; answers split at blank lines."""
+    missing = [k for k in ("prompt", "answers", "labels") if k not in row]
+    if missing:
+        raise ReasonRLError(f"{where}: RLHFlow row lacks '{missing[0]}'")
+    if len(row["answers"]) != len(row["labels"]):
+        raise ReasonRLError(f"{where}: 'answers' and 'labels' differ in length")
+    solutions = [
+        [piece.strip() for piece in re.split(r"\n\s*\n", answer) if piece.strip()] or [answer]
+        for answer in row["answers"]
+    ]
+    return row["prompt"], solutions, [bool(label) for label in row["labels"]]

@@ -1,0 +1,232 @@
+# Reward models on the SFT policy (reward_models.policy): SFT samples of train prompts ->
+# Bradley-Terry RM and ORM; Math-Shepherd annotation (math) or AST mutants (code) -> PRM;
+# then best-of-N reranking and HGS-PRM decoding on the test split, and their tables.
+
+
+wildcard_constraints:
+    kind=r"bt|orm|prm",
+
+
+rule sample_rm_data:
+    input:
+        model=rm_policy_model(),
+        problems="results/data/{task}/train.jsonl",
+    output:
+        samples="results/rm/{task}/samples/samples.jsonl",
+        metrics="results/rm/{task}/samples/metrics.json",
+        manifest="results/rm/{task}/samples/manifest.json",
+    log:
+        "logs/rm/{task}/samples.log",
+    benchmark:
+        "benchmarks/rm/{task}/samples.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("sample_rm_data")
+    threads: torch_threads
+    params:
+        config=lambda wildcards: config_json(
+            "reward_models",
+            "policy",
+            "rollout",
+            "generation",
+            "sandbox",
+            "tasks",
+            task=wildcards.task,
+        ),
+        out_dir=subpath(output.manifest, parent=True),
+    shell:
+        "reasonrl sample-rm-data --config-json {params.config} --model {input.model:q}"
+        " --problems {input.problems:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule annotate_prm:
+    input:
+        model=rm_policy_model(),
+        problems="results/data/{task}/train.jsonl",
+        samples="results/rm/{task}/samples/samples.jsonl",
+    output:
+        data="results/rm/{task}/shepherd/prm.jsonl",
+        metrics="results/rm/{task}/shepherd/metrics.json",
+        manifest="results/rm/{task}/shepherd/manifest.json",
+    log:
+        "logs/rm/{task}/shepherd.log",
+    benchmark:
+        "benchmarks/rm/{task}/shepherd.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("annotate_prm")
+    threads: torch_threads
+    params:
+        config=lambda wildcards: config_json(
+            "reward_models",
+            "policy",
+            "rollout",
+            "generation",
+            "sandbox",
+            "tasks",
+            task=wildcards.task,
+        ),
+        out_dir=subpath(output.manifest, parent=True),
+    shell:
+        "reasonrl annotate-prm --config-json {params.config} --model {input.model:q}"
+        " --problems {input.problems:q} --samples {input.samples:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule mutate_code_prm:
+    input:
+        problems="results/data/{task}/train.jsonl",
+    output:
+        data="results/rm/{task}/mutation/prm.jsonl",
+        metrics="results/rm/{task}/mutation/metrics.json",
+        manifest="results/rm/{task}/mutation/manifest.json",
+    log:
+        "logs/rm/{task}/mutation.log",
+    benchmark:
+        "benchmarks/rm/{task}/mutation.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("mutate_code_prm")
+    params:
+        config=lambda wildcards: config_json(
+            "reward_models", "sandbox", "tasks", task=wildcards.task
+        ),
+        out_dir=subpath(output.manifest, parent=True),
+    shell:
+        "reasonrl mutate-code-prm --config-json {params.config}"
+        " --problems {input.problems:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule train_reward_model:
+    input:
+        model=rm_policy_model(),
+        problems="results/data/{task}/train.jsonl",
+        data=rm_training_data,
+    output:
+        directory("results/rm/{task}/model-{kind}"),
+    log:
+        "logs/rm/{task}/model-{kind}.log",
+    benchmark:
+        "benchmarks/rm/{task}/model-{kind}.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("train_reward_model")
+    threads: torch_threads
+    params:
+        config=config_json("reward_models", "policy"),
+    shell:
+        "reasonrl train-reward-model --config-json {params.config} --kind {wildcards.kind}"
+        " --model {input.model:q} --problems {input.problems:q} --data {input.data:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule best_of_n:
+    input:
+        policy=rm_policy_model(),
+        problems="results/data/{task}/test.jsonl",
+        bt="results/rm/{task}/model-bt",
+        orm="results/rm/{task}/model-orm",
+        prm="results/rm/{task}/model-prm",
+    output:
+        table="results/search/{task}/best-of-n/best_of_n.json",
+        csv="results/search/{task}/best-of-n/best_of_n.csv",
+        greedy="results/search/{task}/best-of-n/greedy.jsonl",
+        samples="results/search/{task}/best-of-n/samples.jsonl",
+        scores="results/search/{task}/best-of-n/scores.jsonl",
+        rlhflow="results/search/{task}/best-of-n/rlhflow.jsonl",
+        manifest="results/search/{task}/best-of-n/manifest.json",
+    log:
+        "logs/search/{task}/best-of-n.log",
+    benchmark:
+        "benchmarks/search/{task}/best-of-n.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("best_of_n")
+    threads: torch_threads
+    params:
+        config=lambda wildcards: config_json(
+            "reward_models",
+            "policy",
+            "rollout",
+            "generation",
+            "sandbox",
+            "tasks",
+            task=wildcards.task,
+        ),
+        out_dir=subpath(output.manifest, parent=True),
+    shell:
+        "reasonrl best-of-n --config-json {params.config} --policy {input.policy:q}"
+        " --problems {input.problems:q} --bt {input.bt:q} --orm {input.orm:q}"
+        " --prm {input.prm:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule hgs_search:
+    input:
+        policy=rm_policy_model(),
+        prm="results/rm/{task}/model-prm",
+        problems="results/data/{task}/test.jsonl",
+        scores="results/search/{task}/best-of-n/scores.jsonl",
+    output:
+        metrics="results/search/{task}/hgs/hgs.json",
+        csv="results/search/{task}/hgs/hgs.csv",
+        trajectories="results/search/{task}/hgs/trajectories.jsonl",
+        manifest="results/search/{task}/hgs/manifest.json",
+    log:
+        "logs/search/{task}/hgs.log",
+    benchmark:
+        "benchmarks/search/{task}/hgs.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("hgs_search")
+    threads: torch_threads
+    params:
+        config=lambda wildcards: config_json(
+            "reward_models",
+            "policy",
+            "rollout",
+            "generation",
+            "sandbox",
+            "tasks",
+            task=wildcards.task,
+        ),
+        best_of_n=subpath(input.scores, parent=True),
+        out_dir=subpath(output.manifest, parent=True),
+    shell:
+        "reasonrl hgs-search --config-json {params.config} --policy {input.policy:q}"
+        " --prm {input.prm:q} --problems {input.problems:q}"
+        " --best-of-n {params.best_of_n:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule reward_tables:
+    input:
+        best_of_n=expand(
+            "results/search/{task}/best-of-n/best_of_n.json", task=rm_tasks()
+        ),
+        hgs=expand("results/search/{task}/hgs/hgs.json", task=hgs_tasks()),
+        prm=expand("results/rm/{task}/model-prm", task=rm_tasks()),
+    output:
+        markdown="results/report/reward_models/reward_models.md",
+        best_of_n="results/report/reward_models/best_of_n.csv",
+        hgs="results/report/reward_models/hgs.csv",
+        prm="results/report/reward_models/prm_precision_recall.csv",
+    log:
+        "logs/report/reward_models.log",
+    benchmark:
+        "benchmarks/report/reward_models.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("reward_tables")
+    params:
+        config=config_json("reward_models"),
+        hgs=lambda wildcards, input: " ".join(map(shlex.quote, input.hgs)),
+        out_dir=subpath(output.markdown, parent=True),
+    shell:
+        "reasonrl reward-tables --config-json {params.config} --best-of-n {input.best_of_n:q}"
+        " --hgs {params.hgs} --prm {input.prm:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
