@@ -77,7 +77,8 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
 
 
 def _check_preference(section: dict, tasks: dict, source: str, both_given: bool) -> None:
-    """Variant names unique and not ending in -round<r>; the prompt task configured."""
+    """Variant names unique and not ending in -round<r>; the prompt task configured (when
+    there are rounds to feed)."""
     names = [v["name"] for v in section["variants"]]
     for name in names:
         if names.count(name) > 1:
@@ -86,7 +87,7 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
             raise ReasonRLError(
                 f"{source}: config key 'preference.variants' name '{name}' is reserved"
             )
-    if both_given and section["task"] not in tasks:
+    if both_given and names and section["task"] not in tasks:
         raise ReasonRLError(
             f"{source}: config key 'preference.task' names '{section['task']}', "
             "which is not under 'tasks'"
