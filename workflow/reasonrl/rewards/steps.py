@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from reasonrl.code_eval import FENCE
 from reasonrl.errors import ReasonRLError
-from reasonrl.tasks import CODE_BLOCK, is_code_task
+from reasonrl.tasks import is_code_task
 
 POSITIVE, NEGATIVE, NEUTRAL = "+", "-", "~"
 LABELS = (POSITIVE, NEGATIVE, NEUTRAL)
@@ -81,7 +82,7 @@ def code_lines(program: str) -> list[str]:
 def solution_code(messages: list[dict]) -> str | None:
     """The code of the last model turn's code block (what a code task's answer is)."""
     replies = [m["content"] for m in messages if m["role"] == "assistant"]
-    blocks = CODE_BLOCK.findall(replies[-1]) if replies else []
+    blocks = FENCE.findall(replies[-1]) if replies else []
     return blocks[-1] if blocks else None
 
 
