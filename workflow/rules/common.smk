@@ -10,6 +10,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
 from reasonrl.errors import ReasonRLError
@@ -31,10 +33,13 @@ def torch_threads(wildcards):
 
     Half the cores each, so two model jobs (the two SFT styles, two evaluations) run side by
     side: small models use one core each better than two cores one job at a time. A
-    function, so commands that need no core count (--report) never ask for one; a
-    profile's set-threads overrides it.
+    profile's set-threads overrides it. Commands that schedule nothing (--rulegraph,
+    --report) have no core count; they get 1.
     """
-    return max(1, workflow.cores // 2)
+    try:
+        return max(1, workflow.cores // 2)
+    except WorkflowError:
+        return 1
 
 
 # policy.base values a rule of models.smk builds into BASE_MODEL_DIR.
