@@ -142,7 +142,7 @@ def test_shepherd_rule_hard_is_any_correct_soft_is_the_fraction():
     assert soft == [0.25, 0.0, 1.0]
 
 
-def test_annotation_of_a_hand_made_trajectory_set_matches_the_rule(tiny_policy):
+def test_annotation_of_a_hand_made_trajectory_set_matches_the_rule(tiny_policy, tmp_path):
     _, tokenizer = load_policy(tiny_policy)
     right, wrong = "So \\boxed{7}.", "So \\boxed{8}."
     # Solution 1 (correct): step 1 -> 1 of 4 completions right, step 2 -> none, step 3 = end.
@@ -185,7 +185,7 @@ def test_annotation_of_a_hand_made_trajectory_set_matches_the_rule(tiny_policy):
     assert rows[0]["steps"] == ["Tom starts at 3.", "He adds 4.", right]
     assert stats.rollouts == 2 * 2 * 4  # 2 solutions x 2 non-final steps x K
     assert len(engine.prompts) == stats.rollouts  # all prefixes went out in batch(es)
-    write_jsonl("/dev/null", rows, schema="prm_steps")
+    write_jsonl(tmp_path / "prm.jsonl", rows, schema="prm_steps")  # rows fit the schema
 
 
 # --- code PRM by mutation ------------------------------------------------------------------
@@ -236,7 +236,7 @@ def code_problem() -> dict:
     return {**math_problem("c0", ""), "task": "pycode", "question": prompt, "code": code}
 
 
-def test_mutation_rows_label_original_positive_passing_neutral_failing_negative():
+def test_mutation_rows_label_original_positive_passing_neutral_failing_negative(tmp_path):
     sandbox = Sandbox.from_config({"cpu_seconds": 2, "wall_seconds": 5})
     rows, counts = mutation_rows([code_problem()], sandbox, 100, MUTATION_KINDS, 0)
     original = [r for r in rows if r["mutation"] == "original"]
@@ -248,7 +248,7 @@ def test_mutation_rows_label_original_positive_passing_neutral_failing_negative(
     assert last[("slice", "for x in xs[2:]:")] == ["+", "-"]
     assert {"+", "-", "~"} == {r["labels"][-1] for r in rows}
     assert counts["skipped_problems"] == 0
-    write_jsonl("/dev/null", rows, schema="prm_steps")
+    write_jsonl(tmp_path / "prm.jsonl", rows, schema="prm_steps")  # rows fit the schema
 
 
 def test_a_reference_that_fails_its_tests_labels_nothing():

@@ -24,9 +24,12 @@ SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` only on success.
 
-    A killed job therefore never leaves a file that looks finished.
+    A killed job therefore never leaves a file that looks finished. Only a regular file is
+    ever replaced: renaming over a device or a folder (say /dev/null, as root) would destroy it.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ReasonRLError(f"{path}: exists and is not a regular file; not overwriting it")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
