@@ -258,8 +258,8 @@ def run_training(
     out_dir: str,
 ) -> dict:
     """One round of a variant: its loss through the shared loop, from the previous policy."""
-    from reasonrl.models import load_policy, save_folder_atomically
-    from reasonrl.training.loop import CheckpointStore, LoopSettings, train
+    from reasonrl.models import load_policy
+    from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
     from reasonrl.training.preference import (
         LOSSES,
         LossSettings,
@@ -313,16 +313,7 @@ def run_training(
         "train_seconds": round(result["train_seconds"], 3),
         "history": history,
     }
-
-    def save(tmp: Path) -> None:
-        result["model"].save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        write_json(tmp / "metrics.json", metrics)
-        write_csv(tmp / "metrics.csv", history)
-        provenance.write(tmp, {"final_loss": metrics["final_loss"]})
-
-    save_folder_atomically(out, save)
-    checkpoints.clear()
+    save_trained_model(out, result["model"], tokenizer, metrics, provenance, checkpoints)
     return metrics
 
 

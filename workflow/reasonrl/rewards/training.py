@@ -19,9 +19,9 @@ from transformers import AutoModelForSequenceClassification
 
 from reasonrl.chat import TokenizedChat, render
 from reasonrl.errors import ReasonRLError
-from reasonrl.io import read_jsonl, write_csv, write_json
+from reasonrl.io import read_jsonl
 from reasonrl.manifest import Provenance
-from reasonrl.models import DTYPES, load_policy, load_tokenizer, save_folder_atomically
+from reasonrl.models import DTYPES, load_policy, load_tokenizer
 from reasonrl.rewards.pairs import preference_pairs
 from reasonrl.rewards.scoring import (
     bt_scores,
@@ -38,7 +38,7 @@ from reasonrl.rewards.steps import (
     solution_step_texts,
 )
 from reasonrl.training.data import MicroBatches
-from reasonrl.training.loop import CheckpointStore, LoopSettings, train
+from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
 from reasonrl.training.sft import masked_lm_loss
 
 log = logging.getLogger(__name__)
@@ -194,19 +194,11 @@ def run_train_reward_model(
         **info,
         "history": history,
     }
-
-    def save(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        write_json(
-            tmp / INFO_FILE, {"kind": kind, **{k: v for k, v in info.items() if k == "labels"}}
-        )
-        write_json(tmp / "metrics.json", metrics)
-        write_csv(tmp / "metrics.csv", history)
-        provenance.write(tmp, {"final_loss": metrics["final_loss"], "heldout": heldout})
-
-    save_folder_atomically(out, save)
-    checkpoints.clear()
+    info_json = {"kind": kind, **{k: v for k, v in info.items() if k == "labels"}}
+    save_trained_model(
+        out, model, tokenizer, metrics, provenance, checkpoints,
+        extra_json={INFO_FILE: info_json}, summary={"heldout": heldout},
+    )  # fmt: skip
     return metrics
 
 

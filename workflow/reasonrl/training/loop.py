@@ -22,6 +22,9 @@ from accelerate import Accelerator
 from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
+from reasonrl.io import write_csv, write_json
+from reasonrl.models import save_folder_atomically
+
 log = logging.getLogger(__name__)
 
 Batch = dict[str, torch.Tensor]
@@ -175,3 +178,30 @@ def _optimizer_step(
     out = {k: v if k in summed else v / settings.grad_accum for k, v in totals.items()}
     out.update(lr=lr, grad_norm=float(grad_norm))
     return out
+
+
+def save_trained_model(
+    out: Path,
+    model: torch.nn.Module,
+    tokenizer,
+    metrics: dict,
+    provenance,
+    checkpoints: CheckpointStore,
+    extra_json: dict[str, dict] | None = None,
+    summary: dict | None = None,
+) -> None:
+    """Write a trainer's output folder atomically (weights, tokenizer, `extra_json` files,
+    metrics.json, the history as metrics.csv, the manifest with the final loss and
+    `summary`), then drop the run's resumable checkpoints."""
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        for name, data in (extra_json or {}).items():
+            write_json(tmp / name, data)
+        write_json(tmp / "metrics.json", metrics)
+        write_csv(tmp / "metrics.csv", metrics["history"])
+        provenance.write(tmp, {"final_loss": metrics["final_loss"], **(summary or {})})
+
+    save_folder_atomically(out, save)
+    checkpoints.clear()

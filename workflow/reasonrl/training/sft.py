@@ -11,12 +11,12 @@ import torch.nn.functional as F
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
-from reasonrl.io import read_jsonl, write_csv, write_json
+from reasonrl.io import read_jsonl
 from reasonrl.manifest import Provenance
-from reasonrl.models import load_policy, save_folder_atomically
+from reasonrl.models import load_policy
 from reasonrl.tasks import prompt_messages, solution_messages
 from reasonrl.training.data import IGNORE, MicroBatches
-from reasonrl.training.loop import CheckpointStore, LoopSettings, train
+from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
 
@@ -97,16 +97,7 @@ def run_sft(
         "packing": section["packing"],
         "history": history,
     }
-
-    def save(tmp: Path) -> None:
-        result["model"].save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        write_json(tmp / "metrics.json", metrics)
-        write_csv(tmp / "metrics.csv", history)
-        provenance.write(tmp, {"final_loss": metrics["final_loss"]})
-
-    save_folder_atomically(out, save)
-    checkpoints.clear()
+    save_trained_model(out, result["model"], tokenizer, metrics, provenance, checkpoints)
     return metrics
 
 
