@@ -87,6 +87,14 @@ def test_syntax_error_is_an_error(sandbox):
     assert result.output.splitlines()[-1].startswith("SyntaxError")
 
 
+def test_null_byte_in_the_source_is_one_syntax_error_line_on_every_python(sandbox):
+    # Python 3.11 patch releases disagree (ValueError or SyntaxError, from the bootstrap's
+    # frame); a model sees the same feedback whichever interpreter the sandbox runs.
+    result = sandbox.run("print(1)\nx = 1\x00\n")
+    assert result.status == "error"
+    assert result.output == "SyntaxError: source code string cannot contain null bytes"
+
+
 def test_undecodable_output_is_replaced_not_raised(sandbox):
     result = sandbox.run("import sys\nsys.stdout.buffer.write(b'\\xff ok')")
     assert result.status == "ok" and result.stdout == "\ufffd ok"

@@ -102,7 +102,10 @@ if site:
     site_module.main()
 path = sys.argv[9]
 with open(path, "rb") as script:
-    code = compile(script.read(), path, "exec")
+    source = script.read()
+if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxError
+    sys.exit("SyntaxError: source code string cannot contain null bytes")
+code = compile(source, path, "exec")
 sys.argv = [path]
 __file__ = path
 # The program runs in __main__'s namespace, as under `python path`, without our names.
