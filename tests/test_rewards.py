@@ -421,6 +421,21 @@ def test_train_reward_model_writes_model_metrics_and_heldout(
     assert not list(tmp_path.glob(".*.ckpt")), "checkpoints left behind"
 
 
+def test_bt_training_is_the_same_whatever_the_callers_random_state(
+    tiny_policy, rm_inputs, tmp_path
+):
+    weights = []
+    for caller_seed in (1, 2):
+        torch.manual_seed(caller_seed)  # a fresh process (or another job) starts elsewhere
+        out = tmp_path / f"bt-{caller_seed}"
+        run_train_reward_model(
+            rm_config(), "bt", str(tiny_policy), str(rm_inputs / "problems.jsonl"),
+            str(rm_inputs / "samples.jsonl"), str(out),
+        )  # fmt: skip
+        weights.append((out / "model.safetensors").read_bytes())
+    assert weights[0] == weights[1]
+
+
 def test_train_reward_model_names_an_unknown_problem(tiny_policy, rm_inputs, tmp_path):
     rows = read_jsonl(rm_inputs / "prm.jsonl")
     rows[0]["problem_id"] = "nope"

@@ -205,6 +205,7 @@ def run_train_reward_model(
 def _train_bt(config, model_path, problems, train_rows, held_rows, checkpoints):
     section, seed = config["reward_models"], config["seed"]
     tokenizer = load_tokenizer(model_path)
+    torch.manual_seed(seed)  # the scalar head is initialised afresh: seeded, so reruns agree
     model = AutoModelForSequenceClassification.from_pretrained(
         model_path, num_labels=1, dtype=DTYPES[config["policy"]["dtype"]]
     )
