@@ -192,9 +192,12 @@ def test_slurm_run_gives_the_local_runs_results(slurm_run, test_run):
 
 @pytest.mark.workflow
 @pytest.mark.timeout(HEAVY_TIMEOUT)
-def test_every_job_ran_as_a_slurm_job(slurm_run):
+def test_every_job_ran_as_a_slurm_job(slurm_run, test_run):
     manifests = sorted((slurm_run / "results").rglob("manifest.json"))
-    assert len(manifests) == 8  # 2 data, base, 2 SFT, 3 evaluations (report writes none)
+    local = sorted((test_run / "results").rglob("manifest.json"))  # every job that writes one
+    assert [p.relative_to(slurm_run) for p in manifests] == [
+        p.relative_to(test_run) for p in local
+    ]
     for path in manifests:
         assert "SLURM_JOB_ID" in json.loads(path.read_text())["scheduler"], path
 
