@@ -195,9 +195,7 @@ def test_slurm_run_gives_the_local_runs_results(slurm_run, test_run):
 def test_every_job_ran_as_a_slurm_job(slurm_run, test_run):
     manifests = sorted((slurm_run / "results").rglob("manifest.json"))
     local = sorted((test_run / "results").rglob("manifest.json"))  # every job that writes one
-    assert [p.relative_to(slurm_run) for p in manifests] == [
-        p.relative_to(test_run) for p in local
-    ]
+    assert [p.relative_to(slurm_run) for p in manifests] == [p.relative_to(test_run) for p in local]
     for path in manifests:
         assert "SLURM_JOB_ID" in json.loads(path.read_text())["scheduler"], path
 
