@@ -12,7 +12,6 @@ runs for the programs to find.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import threading
@@ -20,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_sandbox import sandbox_processes
 
 from reasonrl.cgroups import memory_parent
 from reasonrl.pool import Program, WorkerPool
-from reasonrl.sandbox import SANDBOX_UIDS, Sandbox, SandboxLimits
+from reasonrl.sandbox import Sandbox, SandboxLimits
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -349,19 +349,6 @@ def signals_received():
     yield received
     for number, handler in previous.items():
         signal.signal(number, handler)
-
-
-def sandbox_processes() -> list[int]:
-    """Host pids running as a sandbox uid."""
-    pids = []
-    for status_file in Path("/proc").glob("[0-9]*/status"):
-        try:
-            uid_line = re.search(r"^Uid:\s+(\d+)", status_file.read_text(), re.MULTILINE)
-        except OSError:
-            continue  # exited while we looked
-        if uid_line and int(uid_line[1]) in SANDBOX_UIDS:
-            pids.append(int(status_file.parent.name))
-    return pids
 
 
 def children_of(pid: int) -> set[int]:
