@@ -39,12 +39,26 @@ def max_overlap(results) -> int:
     return most
 
 
-def assert_nothing_left() -> None:
-    deadline = time.monotonic() + 3
-    while (sandbox_processes() or children_of(os.getpid())) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_processes() == []
-    assert children_of(os.getpid()) == set()  # zombies are children too, until reaped
+@pytest.fixture
+def assert_nothing_left():
+    """Checks that no sandbox and no new child of this process is left.
+
+    Other modules' session fixtures (dockerd, the SLURM daemons) may stay children of this
+    process for the whole session; only the children a test adds count against it.
+    """
+    before = children_of(os.getpid())
+
+    def new_children() -> set[int]:
+        return children_of(os.getpid()) - before
+
+    def check() -> None:
+        deadline = time.monotonic() + 3
+        while (sandbox_processes() or new_children()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sandbox_processes() == []
+        assert new_children() == set()  # zombies are children too, until reaped
+
+    return check
 
 
 def test_results_in_order_with_status_duration_and_capped_output():
@@ -80,7 +94,7 @@ def test_memory_budget_bounds_how_many_run_at_once():
     assert WorkerPool(sandbox, memory_mb=LIMITS.memory_mb // 2).concurrency == 1
 
 
-def test_cancel_stops_running_and_pending_programs():
+def test_cancel_stops_running_and_pending_programs(assert_nothing_left):
     pool = WorkerPool(Sandbox(LIMITS), workers=2)
     threading.Timer(1.0, pool.cancel).start()
     started = time.monotonic()
@@ -92,7 +106,7 @@ def test_cancel_stops_running_and_pending_programs():
     assert pool.run(["print(1)"])[0].status == "ok"  # the next batch is not cancelled
 
 
-def test_batch_deadline_cancels_what_has_not_finished():
+def test_batch_deadline_cancels_what_has_not_finished(assert_nothing_left):
     programs = ["print('quick')", "print('quick')"] + ["import time\ntime.sleep(30)"] * 4
     started = time.monotonic()
     results = WorkerPool(Sandbox(LIMITS), workers=2).run(programs, deadline_seconds=1.5)
@@ -102,7 +116,7 @@ def test_batch_deadline_cancels_what_has_not_finished():
 
 
 @pytest.mark.parametrize("interrupt", ["ctrl-c", "flagged"])
-def test_interrupted_caller_leaves_no_process_or_zombie(interrupt):
+def test_interrupted_caller_leaves_no_process_or_zombie(interrupt, assert_nothing_left):
     send = {
         "ctrl-c": lambda: os.kill(os.getpid(), signal.SIGINT),
         "flagged": _thread.interrupt_main,
@@ -126,7 +140,9 @@ pool.run(["import os, time\\nif os.fork() == 0:\\n    os.setsid()\\ntime.sleep(6
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
-def test_caller_process_stopped_by_a_signal_leaves_no_sandbox_behind(how, tmp_path: Path):
+def test_caller_process_stopped_by_a_signal_leaves_no_sandbox_behind(
+    how, tmp_path: Path, assert_nothing_left
+):
     caller = subprocess.Popen(
         [sys.executable, "-c", CALLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
