@@ -1,4 +1,5 @@
-"""SFT tokens/s with packing vs padding on the same arith data, side by side in one run.
+"""SFT tokens/s with packing, length-grouped padding and plain padding on the same arith data,
+side by side in one run.
 
 python bench/sft_packing.py [--steps 30] [--config config/config.yaml]
 """
@@ -20,9 +21,9 @@ from reasonrl.training.data import MicroBatches
 from reasonrl.training.sft import masked_lm_loss, sft_samples
 
 
-def tokens_per_second(model, runs: dict[bool, MicroBatches], steps: int) -> dict[bool, float]:
-    """Real tokens/s of padded (False) and packed (True) batches, one step of each in turn,
-    so both see the same load on a shared machine."""
+def tokens_per_second(model, runs: dict[str, MicroBatches], steps: int) -> dict[str, float]:
+    """Real tokens/s of each way of batching, one step of each in turn, so all see the same
+    load on a shared machine."""
     import torch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -57,24 +58,33 @@ def main() -> None:
         )
         model, tokenizer = load_policy(f"{tmp}/m")
         samples = sft_samples(tokenizer, train, "tool", sft["max_length"])
+        ways = {"padded": (False, False), "length-grouped": (False, True), "packed": (True, False)}
         runs = {
-            packing: MicroBatches(
-                samples, sft["batch_size"], tokenizer.pad_token_id, 0, packing, sft["block_size"]
+            name: MicroBatches(
+                samples,
+                sft["batch_size"],
+                tokenizer.pad_token_id,
+                0,
+                packing,
+                sft["block_size"],
+                group_by_length,
             )
-            for packing in (False, True)
+            for name, (packing, group_by_length) in ways.items()
         }
         rates = tokens_per_second(model, runs, args.steps)
-    ratio = rates[True] / rates[False]
+    packed, grouped = rates["packed"] / rates["padded"], rates["length-grouped"] / rates["padded"]
     append(
-        "SFT throughput: packing vs padding (arith, tool-integrated solutions)",
+        "SFT throughput: packing and length-grouped padding vs padding (arith, tool solutions)",
         [
-            ("real tokens/s, padded batches", f"{rates[False]:.0f}"),
-            ("real tokens/s, packed blocks", f"{rates[True]:.0f}"),
-            ("packing / padding", f"{ratio:.2f}x"),
+            ("real tokens/s, padded batches", f"{rates['padded']:.0f}"),
+            ("real tokens/s, length-grouped padded batches", f"{rates['length-grouped']:.0f}"),
+            ("real tokens/s, packed blocks", f"{rates['packed']:.0f}"),
+            ("packing / padding", f"{packed:.2f}x"),
+            ("length-grouped / padding", f"{grouped:.2f}x"),
             ("micro-batch", f"{sft['batch_size']} sequences or blocks of {sft['block_size']}"),
             ("steps timed each, interleaved", str(args.steps)),
         ],
-        f"packing is {ratio:.2f}x padding (target >= 1.5x)",
+        f"packing is {packed:.2f}x padding (target >= 1.5x); length-grouped padding {grouped:.2f}x",
     )
 
 

@@ -78,6 +78,31 @@ def test_micro_batches_are_a_pure_function_of_the_index():
     assert not torch.equal(first(0)["input_ids"], first(first.per_epoch)["input_ids"])
 
 
+def _epoch_of(batches: MicroBatches, epoch: int) -> list[torch.Tensor]:
+    return [batches(epoch * batches.per_epoch + i)["input_ids"] for i in range(batches.per_epoch)]
+
+
+def _rows(batches: list[torch.Tensor]) -> list[list[int]]:
+    """The samples in these batches, padding (id 0, never a sample token here) removed."""
+    return sorted([t for t in row.tolist() if t != 0] for b in batches for row in b)
+
+
+def test_length_grouped_batches_pad_less_and_keep_every_epoch_a_shuffle():
+    samples = _samples(400)
+    plain = MicroBatches(samples, 4, 0, seed=3, packing=False, block_size=64)
+    grouped = MicroBatches(samples, 4, 0, 3, False, 64, group_by_length=True)
+    again = MicroBatches(samples, 4, 0, 3, False, 64, group_by_length=True)
+    assert all(torch.equal(grouped(i)["input_ids"], again(i)["input_ids"]) for i in (0, 99, 150))
+    for epoch in (0, 1):
+        batches = _epoch_of(grouped, epoch)
+        assert len(batches) == grouped.per_epoch == 100
+        assert all(b.shape[0] == 4 for b in batches)
+        assert _rows(batches) == _rows(_epoch_of(plain, epoch))  # the same samples, regrouped
+    padded = sum(b.numel() for b in _epoch_of(grouped, 0))
+    assert padded < 0.8 * sum(b.numel() for b in _epoch_of(plain, 0))
+    assert not torch.equal(grouped(0)["input_ids"], grouped(grouped.per_epoch)["input_ids"])
+
+
 class Crash(Exception):
     pass
 

@@ -1,5 +1,9 @@
 """Turning tokenised chats into micro-batches: padded, or packed into fixed-length blocks.
 
+Length-grouped batches (transformers' `group_by_length`) sort each shuffled mega-batch of
+samples by length before cutting it into batches, so a padded batch holds samples of similar
+length and little compute goes to padding; the batches are then shuffled.
+
 Packed blocks carry position ids that restart at 0 for every sample; with no attention mask,
 transformers builds a block-diagonal causal mask from them, so attention stays inside each
 sample. Micro-batch i is a pure function of i (epoch permutations come from the seed), which
@@ -10,12 +14,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from functools import lru_cache
 
 import torch
 
 from reasonrl.chat import TokenizedChat
 
 IGNORE = -100
+# Batches per mega-batch that is sorted by length (transformers' LengthGroupedSampler: 50).
+MEGA_BATCH_BATCHES = 50
 
 
 def _labels(sample: TokenizedChat) -> list[int]:
@@ -77,6 +84,7 @@ class MicroBatches:
         seed: int,
         packing: bool,
         block_size: int,
+        group_by_length: bool = False,
     ):
         if not samples:
             raise ValueError("no training samples")
@@ -84,6 +92,7 @@ class MicroBatches:
         self.batch_size = batch_size
         self.pad_id = pad_id
         self.packing = packing
+        self.group_by_length = group_by_length and not packing
         if packing:
             shuffled = list(samples)
             random.Random(seed).shuffle(shuffled)
@@ -91,12 +100,27 @@ class MicroBatches:
         else:
             self.items = list(samples)
         self.per_epoch = max(1, len(self.items) // batch_size)
+        self._epoch_batches = lru_cache(maxsize=2)(self._batches_of_epoch)
+
+    def _batches_of_epoch(self, epoch: int) -> list[list[int]]:
+        rng = random.Random(self.seed * 100_003 + epoch)
+        order = list(range(len(self.items)))
+        rng.shuffle(order)
+        if not self.group_by_length:
+            return [order[b * self.batch_size :][: self.batch_size] for b in range(self.per_epoch)]
+        used = order[: self.per_epoch * self.batch_size]
+        size = self.batch_size
+        mega = size * MEGA_BATCH_BATCHES
+        batches = []
+        for start in range(0, len(used), mega):
+            chunk = sorted(used[start : start + mega], key=lambda j: len(self.items[j].input_ids))
+            batches += [chunk[b : b + size] for b in range(0, len(chunk), size)]
+        rng.shuffle(batches)
+        return batches
 
     def __call__(self, index: int) -> dict[str, torch.Tensor]:
         epoch, position = divmod(index, self.per_epoch)
-        order = list(range(len(self.items)))
-        random.Random(self.seed * 100_003 + epoch).shuffle(order)
-        chosen = [self.items[j] for j in order[position * self.batch_size :][: self.batch_size]]
+        chosen = [self.items[j] for j in self._epoch_batches(epoch)[position]]
         if self.packing:
             return {k: torch.tensor([c[k] for c in chosen]) for k in chosen[0]}
         return pad_batch(chosen, self.pad_id)

@@ -71,6 +71,7 @@ def run_sft(
         config["seed"],
         section["packing"],
         section["block_size"],
+        section["group_by_length"],
     )
     fingerprint = hashlib.sha256(
         json.dumps([section, variant, config["seed"], provenance.hashes], sort_keys=True).encode()
@@ -95,6 +96,7 @@ def run_sft(
         "num_samples": len(samples),
         "num_micro_batch_items": len(batches.items),
         "packing": section["packing"],
+        "group_by_length": section["group_by_length"],
         "history": history,
     }
     save_trained_model(out, result["model"], tokenizer, metrics, provenance, checkpoints)
