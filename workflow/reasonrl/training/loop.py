@@ -97,9 +97,7 @@ def train(
 
     `micro_batch(i)` must return the i-th micro-batch deterministically.
     """
-    accelerator = Accelerator(
-        mixed_precision="bf16" if settings.precision == "bf16" else "no", cpu=True
-    )
+    accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
     torch.manual_seed(settings.seed)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
@@ -163,6 +161,7 @@ def _optimizer_step(
                 accelerator.process_index,
             )
         )  # fmt: skip
+        batch = _to_device(batch, accelerator.device)
         with accelerator.autocast():
             loss, stats = loss_fn(model, batch)
         accelerator.backward(loss / settings.grad_accum)
@@ -178,6 +177,11 @@ def _optimizer_step(
     out = {k: v if k in summed else v / settings.grad_accum for k, v in totals.items()}
     out.update(lr=lr, grad_norm=float(grad_norm))
     return out
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    """The batch's tensors on the training device (a GPU under accelerate launch)."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def save_trained_model(
