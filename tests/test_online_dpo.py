@@ -163,10 +163,10 @@ def _children() -> set[int]:
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
+                tracker = b"resource_tracker" in (entry / "cmdline").read_bytes()
             except OSError:
                 continue
             fields = stat.rsplit(")", 1)[1].split()
-            tracker = b"resource_tracker" in (entry / "cmdline").read_bytes()
             if int(fields[1]) == me and fields[0] != "Z" and not tracker:
                 found.add(int(entry.name))
     return found
