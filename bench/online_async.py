@@ -3,9 +3,9 @@
 python bench/online_async.py [--config config/config.yaml] [--steps 8] [--threads 2]
 
 The policy is the config's tiny Llama, untrained (the timing does not depend on what it
-learned: every sample runs to the turn's token cap, so each round costs the same). Sync: the
-generator and the learner take turns, each with every thread; async: they overlap with half
-the threads each. The table splits the time into generation, training and the waits.
+learned: every sample runs to the turn's token cap, so each round costs the same). The
+generator and the learner get half the threads each; sync: they take turns; async: they
+overlap. The table splits the time into generation, training and the waits.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default="config/config.yaml")
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="cores: half per process")
     parser.add_argument("--turn-tokens", type=int, default=48)
     args = parser.parse_args()
     config = load_config(args.config)

@@ -382,8 +382,8 @@ def online_label(name):
 
 
 def online_threads(wildcards):
-    """Every core: the generator and the learner share them (async) or take turns (sync), and
-    no other job runs beside it, so sync and async wall-clocks compare."""
+    """Every core: half for the generator, half for the learner (in both modes), and no other
+    job runs beside it, so sync and async wall-clocks compare."""
     try:
         return max(1, workflow.cores)
     except WorkflowError:
