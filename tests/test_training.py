@@ -148,3 +148,20 @@ def test_data_parallel_processes_train_on_distinct_micro_batches():
         for rank in range(4)
     ]
     assert sorted(parallel) == list(range(24))  # every micro-batch once, none shared
+
+
+def test_on_step_sees_the_start_and_every_step_and_extends_its_history(tiny, tmp_path):
+    model, _ = load_policy(tiny)
+    batches = MicroBatches(_samples(12), 4, 0, seed=1, packing=False, block_size=64)
+    calls = []
+
+    def on_step(step, module, history):
+        calls.append((step, len(history), module is model))
+        return {"pushed": float(step)} if step else None
+
+    settings = LoopSettings(max_steps=3, lr=1e-2, checkpoint_every=10, seed=5)
+    result = train(
+        model, batches, masked_lm_loss, settings, CheckpointStore(tmp_path, "a"), on_step
+    )
+    assert calls == [(0, 0, True), (1, 0, True), (2, 1, True), (3, 2, True)]
+    assert [h["pushed"] for h in result["history"]] == [1.0, 2.0, 3.0]

@@ -227,6 +227,35 @@ def preference_table(args: argparse.Namespace, config: dict) -> None:
     write_table(rows, args.best or [], args.out_dir)
 
 
+def online_dpo(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.online.stages import run_online
+
+    metrics = run_online(
+        config, args.variant, args.model, args.train, args.style, args.threads, args.out
+    )
+    log.info(
+        "%s: %d steps in %.1f s (gen %.1f s, train %.1f s)",
+        args.out,
+        metrics["steps"],
+        metrics["wall_seconds"],
+        metrics["gen_seconds"],
+        metrics["train_seconds"],
+    )
+
+
+def online_dpo_table(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.online.stages import write_online_table
+
+    rows = []
+    for item in args.row:
+        label, _, rest = item.partition("=")
+        model, sep, path = rest.partition(":")
+        if not sep:
+            raise ReasonRLError(f"--row expects LABEL=MODEL:EVAL_METRICS, got '{item}'")
+        rows.append((label, model, path))
+    write_online_table(rows, args.out_dir)
+
+
 def sample_rm_data(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.rewards.stages import sample_rm_data as run
 
@@ -367,7 +396,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", required=True)
     add_containers_parser(sub)
     _reward_model_stages(stage)
+    _online_stages(stage)
     return parser
+
+
+def _online_stages(stage) -> None:
+    p = stage("online-dpo", online_dpo, "online DPO / Proximal RLOO, sync or async (one variant)")
+    p.add_argument("--variant", required=True, help="a name in online_dpo.variants")
+    p.add_argument("--model", required=True, help="the SFT policy (start and fixed reference)")
+    p.add_argument("--train", required=True, help="problems JSONL whose questions are prompts")
+    p.add_argument("--style", choices=["tool", "cot"], default="tool")
+    p.add_argument("--threads", type=int, default=1, help="cores (async: half each process)")
+    p.add_argument("--out", required=True)
+    p = stage("online-dpo-table", online_dpo_table, "sync vs async table and reward/KL plots")
+    p.add_argument("--row", action="append", required=True, help="LABEL=MODEL:EVAL_METRICS")
+    p.add_argument("--out-dir", required=True)
 
 
 def _reward_model_stages(stage) -> None:

@@ -73,7 +73,23 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
     given = {"tasks", "preference"} <= set(raw or {})
     _check_preference(filled["preference"], filled["tasks"], source, given)
     _check_reward_models(raw or {}, filled, source)
+    _check_online(filled["online_dpo"], source)
     return filled
+
+
+def _check_online(section: dict, source: str) -> None:
+    """online_dpo variant names unique; steps split into whole generation rounds."""
+    names = [v["name"] for v in section["variants"]]
+    for variant in section["variants"]:
+        if names.count(variant["name"]) > 1:
+            raise ReasonRLError(
+                f"{source}: config key 'online_dpo.variants' repeats '{variant['name']}'"
+            )
+        if section["steps"] % variant["off_policy"]:
+            raise ReasonRLError(
+                f"{source}: config key 'online_dpo.steps' ({section['steps']}) is not a multiple"
+                f" of variant '{variant['name']}' off_policy ({variant['off_policy']})"
+            )
 
 
 def _check_preference(section: dict, tasks: dict, source: str, both_given: bool) -> None:

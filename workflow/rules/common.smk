@@ -20,7 +20,7 @@ from reasonrl.errors import ReasonRLError
 wildcard_constraints:
     task=r"[^/]+",
     variant=r"tool|cot",
-    policy=r"base|sft-(tool|cot)|[a-z][a-z0-9.-]*-round\d+",
+    policy=r"base|sft-(tool|cot)|[a-z][a-z0-9.-]*-round\d+|online-[a-z][a-z0-9.-]*",
 
 
 # Software of every rule (used with --software-deployment-method conda; the venv otherwise).
@@ -365,3 +365,38 @@ def reward_model_targets():
 
 def hgs_tasks():
     return [t for t in config["reward_models"]["hgs"]["tasks"] if t in rm_tasks()]
+
+
+# ---- Asynchronous online DPO (online_dpo.smk) ------------------------------------------------
+
+ONLINE = config["online_dpo"]
+
+
+def online_names():
+    return [variant["name"] for variant in ONLINE["variants"]]
+
+
+def online_label(name):
+    variant = next(v for v in ONLINE["variants"] if v["name"] == name)
+    return variant["label"] or name
+
+
+def online_threads(wildcards):
+    """Every core: half for the generator, half for the learner (in both modes), and no other
+    job runs beside it, so sync and async wall-clocks compare."""
+    try:
+        return max(1, workflow.cores)
+    except WorkflowError:
+        return 1
+
+
+def online_table_args(wildcards, input):
+    """--row LABEL=MODEL:EVAL_METRICS per variant, in config order."""
+    return repeated_flag(
+        "--row",
+        [
+            f"{online_label(name)}=results/models/online-{name}:"
+            f"results/eval/online-{name}/{ONLINE['task']}/metrics.json"
+            for name in online_names()
+        ],
+    )

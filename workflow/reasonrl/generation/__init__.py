@@ -31,6 +31,11 @@ class GenerationEngine(Protocol):
         """Complete each rendered prompt; results in prompt order."""
         ...
 
+    def load_weights(self, state_dict: dict) -> None:
+        """Update the running engine's policy weights (no restart): the online trainers'
+        learner -> generator path."""
+        ...
+
 
 def make_engine(kind: str, model_path: str, settings: dict, dtype: str = "float32"):
     """The engine named by the config's `generation.engine`."""

@@ -27,6 +27,11 @@ class HFEngine:
         model, tokenizer = load_policy(path, dtype)
         return cls(model, tokenizer, batch_size)
 
+    @torch.no_grad()
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Replace the model's weights in place (the running engine keeps its tokenizer)."""
+        self.model.load_state_dict(state_dict)
+
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         # Longest prompts first so each batch pads little; results go back in prompt order.
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))

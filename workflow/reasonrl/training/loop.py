@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 Batch = dict[str, torch.Tensor]
 LossFn = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
+StepHook = Callable[[int, torch.nn.Module, list[dict]], dict | None]
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,14 @@ def train(
     loss_fn: LossFn,
     settings: LoopSettings,
     checkpoints: CheckpointStore,
+    on_step: StepHook | None = None,
 ) -> dict:
     """Run `settings.max_steps` optimizer steps; return {"history", "resumed_from", ...}.
 
     `micro_batch(i)` must return the i-th micro-batch deterministically.
+    `on_step(step, model, history)` is called once with the starting step (0, or the step
+    resumed from) and after every optimizer step, whose history entry it may extend with the
+    stats it returns (online trainers send the new weights to their generator there).
     """
     accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
     torch.manual_seed(settings.seed)
@@ -114,6 +119,8 @@ def train(
         step, history = state["step"], state["history"]
         log.info("resumed from %s at step %d", resume, step)
     resumed_from = step
+    if on_step is not None:
+        on_step(step, accelerator.unwrap_model(model), history)
     model.train()
     started = time.perf_counter()
     bar = tqdm(total=settings.max_steps, initial=step, desc="train", mininterval=5)
@@ -124,6 +131,8 @@ def train(
         )
         step += 1
         stats.update(step=step, seconds=time.perf_counter() - t0)
+        if on_step is not None:
+            stats.update(on_step(step, accelerator.unwrap_model(model), history) or {})
         history.append(stats)
         bar.update(1)
         if step % settings.log_every == 0 or step == settings.max_steps:

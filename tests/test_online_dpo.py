@@ -1,0 +1,366 @@
+"""Online DPO / Proximal RLOO: losses by hand, the sync/async schedule, the generator process
+(lag, weight updates, shutdown on success, error, Ctrl-C and kill) and resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from reasonrl.config import validate_config
+from reasonrl.errors import ReasonRLError
+from reasonrl.io import read_json, write_jsonl
+from reasonrl.online.actors import GeneratorProcess, GeneratorSpec, Schedule
+from reasonrl.online.stages import online_variant, run_online, write_online_table
+from reasonrl.tasks import build_problems
+from reasonrl.training.online import (
+    OnlineObjective,
+    best_worst,
+    proximal_rloo_loss,
+    sample_reward,
+)
+from reasonrl.training.preference import dpo_loss
+
+# ---- losses ------------------------------------------------------------------------------------
+
+
+def test_proximal_rloo_matches_a_hand_computation():
+    # One prompt, K = 3. Shaped rewards r' = r - beta (log pi_gen - log pi_ref):
+    # r = [1, 0, 0], gen - ref = [0.5, -1.0, 2.0], beta = 0.1 -> r' = [0.95, 0.1, -0.2]
+    # baselines (leave-one-out means) = [-0.05, 0.375, 0.525] -> A = [1.0, -0.275, -0.725]
+    # ratios exp(logp - gen) = [e^0.5, e^-0.1, e^0]; clip 0.2 -> [1.2, e^-0.1, 1.0]
+    # per-sample objective min(rho A, clip(rho) A):
+    #   A>0: min(1.6487, 1.2) = 1.2; A<0: min(-0.2488, -0.2488), min(-0.725, -0.725)
+    behaviour = torch.tensor([-3.0, -2.0, -4.0])
+    ref = behaviour - torch.tensor([0.5, -1.0, 2.0])
+    logps = behaviour + torch.tensor([0.5, -0.1, 0.0])
+    logps.requires_grad_(True)
+    loss, stats = proximal_rloo_loss(
+        logps, behaviour, ref, torch.tensor([1.0, 0.0, 0.0]), k=3, beta=0.1, clip=0.2
+    )
+    expected = -(1.2 * 1.0 + math.exp(-0.1) * -0.275 + 1.0 * -0.725) / 3
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    loss.backward()
+    # The clipped sample (ratio above 1 + clip with A > 0) gets no gradient.
+    assert logps.grad[0].item() == 0.0
+    assert logps.grad[2].item() == pytest.approx(0.725 / 3, abs=1e-6)
+    assert stats["clipped_fraction"] == pytest.approx(1 / 3)
+
+
+def test_proximal_rloo_needs_two_samples_per_prompt():
+    with pytest.raises(ReasonRLError, match="K >= 2"):
+        proximal_rloo_loss(*[torch.zeros(2)] * 4, k=1, beta=0.1, clip=0.2)
+
+
+def test_best_worst_drops_ties_and_rewards_penalise_truncation():
+    assert best_worst([0.0, 1.0, -1.0, 1.0]) == best_worst([0.0, 1.0, -1.0, 0.5])
+    choice = best_worst([0.0, 1.0, -1.0, 1.0])
+    assert (choice.best, choice.worst, choice.margin) == (1, 2, 2.0)
+    assert best_worst([1.0, 1.0]) is None
+    row = {"correct": False, "finish_reason": "turn_token_cap"}
+    assert sample_reward(row, 1.0) == -1.0
+    assert sample_reward({**row, "finish_reason": "eos"}, 1.0) == 0.0
+    assert sample_reward({"correct": True, "finish_reason": "answer"}, 1.0) == 1.0
+
+
+def test_online_dpo_is_the_preference_modules_dpo_loss(tiny_policy):
+    from reasonrl.models import load_policy
+    from reasonrl.training.online import dpo_batch
+    from reasonrl.training.preference import MaskedSequence, sequence_logps
+
+    model, tokenizer = load_policy(tiny_policy)
+    seqs = [MaskedSequence([5, 6, 7, 8], [0, 1, 1, 1]), MaskedSequence([5, 9, 10], [0, 1, 1])]
+    batch = dpo_batch(seqs, [-3.0, -4.0], [(0, 1)], tokenizer.pad_token_id)
+    batch["metrics"] = {"reward": 0.5}
+    loss, stats = OnlineObjective("dpo", beta=0.05, clip=0.2, k=2)(model, batch)
+    logps, _ = sequence_logps(model, batch)
+    expected = dpo_loss(logps[:1], logps[1:], torch.tensor([-3.0]), torch.tensor([-4.0]), 0.05)
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
+    assert stats["reward"] == 0.5 and "reward_margin" in stats
+
+
+# ---- schedule ----------------------------------------------------------------------------------
+
+
+def test_schedule_versions_and_lag():
+    sync = Schedule(steps=6, minibatches_per_round=2, asynchronous=False)
+    run = Schedule(steps=6, minibatches_per_round=2, asynchronous=True)
+    assert [sync.generator_version(g) for g in range(3)] == [0, 2, 4]
+    assert [run.generator_version(g) for g in range(3)] == [0, 0, 2]
+    assert [run.round_of(i) for i in range(4)] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    with pytest.raises(ReasonRLError, match="multiple of off_policy"):
+        Schedule(steps=5, minibatches_per_round=2, asynchronous=True)
+    with pytest.raises(ReasonRLError, match="'online_dpo.steps' \\(5\\) is not a multiple"):
+        validate_config({"online_dpo": {"steps": 5, "variants": [{"name": "a", "off_policy": 2}]}})
+    with pytest.raises(ReasonRLError, match="repeats 'a'"):
+        validate_config({"online_dpo": {"variants": [{"name": "a"}, {"name": "a"}]}})
+    config = validate_config({"online_dpo": {"variants": [{"name": "a"}]}})
+    assert online_variant(config, "a")["mode"] == "async"
+    with pytest.raises(ReasonRLError, match="'b' is not in online_dpo.variants"):
+        online_variant(config, "b")
+
+
+# ---- runs with the generator process -----------------------------------------------------------
+
+SMALL = {
+    "steps": 4,
+    "prompts_per_step": 2,
+    "samples_per_prompt": 2,
+    "max_length": 512,
+    "checkpoint_every": 1,
+    "variants": [
+        {"name": "sync", "mode": "sync", "off_policy": 1},
+        {"name": "async", "mode": "async", "off_policy": 2},
+        {"name": "rloo", "mode": "async", "loss": "rloo", "off_policy": 1},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def online_setup(tmp_path_factory) -> tuple[dict, Path]:
+    """Config, a folder with 20 arith train problems, and a tiny policy whose tokenizer knows
+    their text (so a tool prompt fits its context)."""
+    from reasonrl.cli import corpus_texts
+    from reasonrl.models import build_tiny_policy
+
+    folder = tmp_path_factory.mktemp("online")
+    config = validate_config(
+        {
+            "rollout": {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12},
+            "generation": {"batch_size": 8},
+            "online_dpo": SMALL,
+        }
+    )
+    train, _ = build_problems("arith", {**config["tasks"]["arith"], "train_size": 20}, 0)
+    write_jsonl(folder / "train.jsonl", train, schema="problem")
+    settings = {
+        "vocab_size": 400,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_layers": 2,
+        "num_heads": 2,
+        "num_kv_heads": 2,
+        "max_position_embeddings": 1024,
+    }
+    build_tiny_policy(corpus_texts([str(folder / "train.jsonl")]), settings, 0, folder / "policy")
+    return config, folder
+
+
+def _children() -> set[int]:
+    """Live child processes of this test process (pids), less multiprocessing's resource
+    tracker, which serves the test process for its whole life."""
+    me = os.getpid()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                tracker = b"resource_tracker" in (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == me and fields[0] != "Z" and not tracker:
+                found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("name", ["sync", "rloo"])
+def test_learner_data_carries_the_configured_lag(online_setup, name):
+    config, folder = online_setup
+    before = _children()
+    out = folder / f"online-{name}"
+    policy, train = str(folder / "policy"), str(folder / "train.jsonl")
+    metrics = run_online(config, name, policy, train, "tool", 1, str(out))
+    assert _children() == before, "the generator outlived the run"
+    variant = online_variant(config, name)
+    schedule = Schedule(4, variant["off_policy"], variant["mode"] == "async")
+    versions = [h["policy_version"] for h in metrics["history"]]
+    assert versions == [schedule.generator_version(schedule.round_of(i)[0]) for i in range(4)]
+    lags = [h["lag"] for h in metrics["history"]]
+    expected = {"sync": [0, 0, 0, 0], "rloo": [0, 1, 1, 1]}[name]
+    assert lags == expected
+    saved = read_json(out / "metrics.json")
+    assert saved["steps"] == 4 and saved["mode"] == variant["mode"]
+    assert (out / "metrics.csv").exists() and (out / "manifest.json").exists()
+    assert not (folder / f".online-{name}.rounds").exists()
+    for key in ("reward", "kl", "ref_perplexity", "gen_seconds", "elapsed", "weight_push_seconds"):
+        assert key in saved["history"][-1]
+
+
+def test_generator_updates_weights_without_restart(online_setup):
+    """The weights the learner pushes are the ones that sample: a policy pushed with zeroed
+    weights samples differently from the SFT one in the same running process."""
+    from reasonrl.models import load_policy
+
+    config, folder = online_setup
+    problems = json.loads(json.dumps(_problems(folder)))
+    spec = GeneratorSpec(
+        config={**config, "online_dpo": {**config["online_dpo"], "loss": "dpo"}},
+        model_path=str(folder / "policy"),
+        problems=problems,
+        style="tool",
+        schedule=Schedule(2, 1, asynchronous=False),
+        first_round=0,
+        threads=1,
+    )
+    model, _ = load_policy(folder / "policy")
+    with GeneratorProcess(spec) as generator:
+        generator.push(0, model)
+        first = generator.next_round()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.0)
+        generator.push(1, model)
+        second = generator.next_round()
+    assert (first["version"], second["version"]) == (0, 1)
+    assert second["weight_load_seconds"] > 0
+    # A zeroed model is uniform over the vocabulary: every sample's log-prob changes.
+    assert all(
+        a["behaviour_logp"] != b["behaviour_logp"]
+        for a, b in zip(first["rows"], second["rows"], strict=True)
+    )
+    assert not generator.process.is_alive()
+
+
+def _problems(folder: Path) -> list[dict]:
+    from reasonrl.io import read_jsonl
+
+    return read_jsonl(folder / "train.jsonl", schema="problem")
+
+
+def test_generator_failure_is_reported_and_leaves_no_process(online_setup, tmp_path):
+    config, folder = online_setup
+    before = _children()
+    spec = GeneratorSpec(
+        config=config,
+        model_path=str(tmp_path / "missing-model"),
+        problems=_problems(folder),
+        style="tool",
+        schedule=Schedule(2, 1, asynchronous=True),
+        first_round=0,
+        threads=1,
+    )
+    with (
+        pytest.raises(ReasonRLError, match="generator process failed"),
+        GeneratorProcess(spec) as generator,
+    ):
+        generator.next_round()
+    assert _children() == before
+
+
+def _cli(config: dict, folder: Path, policy: Path, name: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "reasonrl.cli",
+        "online-dpo",
+        "--config-json",
+        json.dumps(config),
+        "--variant",
+        name,
+        "--model",
+        str(policy),
+        "--train",
+        str(folder / "train.jsonl"),
+        "--threads",
+        "1",
+        "--out",
+        str(folder / f"online-{name}"),
+    ]
+
+
+def _descendants(pid: int) -> set[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def _wait_for(predicate, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_interrupt_or_kill_leaves_no_process_and_the_run_resumes(online_setup, tmp_path, how):
+    config, _ = online_setup
+    folder = tmp_path
+    (folder / "train.jsonl").write_text((online_setup[1] / "train.jsonl").read_text())
+    config = {**config, "online_dpo": {**config["online_dpo"], "steps": 6}}
+    command = _cli(config, folder, online_setup[1] / "policy", "async")
+    learner = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ckpt = folder / ".online-async.ckpt"
+    _wait_for(lambda: any(ckpt.glob("step-*")))
+    workers = _descendants(learner.pid)
+    assert workers, "no generator process"
+    # Ctrl-C reaches the whole foreground group; SIGKILL only the learner.
+    if how == signal.SIGINT:
+        os.killpg(learner.pid, signal.SIGINT)
+    else:
+        learner.send_signal(signal.SIGKILL)
+    learner.wait(timeout=60)
+    assert learner.returncode != 0
+    _wait_for(lambda: not any(_alive(p) for p in workers), seconds=30)
+    resumed = subprocess.run(command, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    metrics = read_json(folder / "online-async" / "metrics.json")
+    assert metrics["resumed_from"] >= 1 and metrics["steps"] == 6
+    assert [h["step"] for h in metrics["history"]] == list(range(1, 7))
+    # Async with N = 2: rounds 0 and 1 sampled by version 0, round 2 by version 2. The steps
+    # before the kill kept their exact lags (after a resume, a round whose version is gone is
+    # sampled by the resumed one, and says so).
+    before_kill = metrics["history"][: metrics["resumed_from"]]
+    assert [h["lag"] for h in before_kill] == [0, 1, 2, 3, 2, 3][: len(before_kill)]
+
+
+def test_table_compares_sync_and_async(tmp_path):
+    def fake_run(mode: str, wall: float, gen: float, train: float) -> Path:
+        folder = tmp_path / mode
+        history = [
+            {"reward": r, "kl": 0.1 * i, "elapsed": wall * (i + 1) / 4}
+            for i, r in enumerate([0.0, 0.2, 0.4, 0.6])
+        ]
+        metrics = {
+            "mode": mode,
+            "loss": "dpo",
+            "off_policy": 1,
+            "steps": 4,
+            "wall_seconds": wall,
+            "gen_seconds": gen,
+            "train_seconds": train,
+            "ideal_speedup": round((gen + train) / max(gen, train), 3),
+            "history": history,
+        }
+        folder.mkdir()
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        (folder / "eval.json").write_text(
+            json.dumps({"greedy_pass@1": 0.5, "greedy_pass@1_ci": [0.3, 0.7]})
+        )
+        return folder
+
+    rows = [(m, str(fake_run(m, w, 6.0, 4.0)), str(tmp_path / m / "eval.json"))
+            for m, w in (("sync", 10.0), ("async", 6.25))]  # fmt: skip
+    table = write_online_table(rows, str(tmp_path / "out"))
+    assert table[0]["ideal_speedup"] == pytest.approx(10 / 6, abs=1e-3)
+    assert table[1]["ideal_speedup"] is None
+    assert table[1]["achieved_speedup"] == pytest.approx(1.6)
+    assert table[0]["final_reward"] == 0.6 and table[1]["final_kl"] == pytest.approx(0.3)
+    assert (tmp_path / "out" / "plot.png").stat().st_size > 0
+    assert "| sync | sync | 1 | 4 |" in (tmp_path / "out" / "table.md").read_text()

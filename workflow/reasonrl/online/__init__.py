@@ -1,0 +1,1 @@
+"""Online RLHF (asynchronous RLHF paper): generator process, learner, stages."""

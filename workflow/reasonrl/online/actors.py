@@ -1,0 +1,271 @@
+"""The generator process and the learner's side of the channel to it.
+
+The generator is a separate process (spawned, its own torch threads) that owns a generation
+engine. It makes generation rounds in order; round g is N mini-batches of prompts, K samples
+each, sampled with the policy version the schedule names:
+
+- synchronous: version g*N, the learner's newest weights (generate, then train, then generate);
+- asynchronous: version (g-1)*N, so round g is sampled while the learner trains on round g-1.
+
+Weights flow learner -> generator through `engine.load_weights` (no engine restart); rounds
+flow back with the version that sampled them. Both modes run this same code: only the
+version a round waits for differs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import queue
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from reasonrl.errors import ReasonRLError
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Schedule:
+    steps: int
+    minibatches_per_round: int  # off-policyness N
+    asynchronous: bool
+
+    def __post_init__(self):
+        if self.steps % self.minibatches_per_round:
+            raise ReasonRLError(
+                f"online_dpo: steps ({self.steps}) must be a multiple of "
+                f"off_policy ({self.minibatches_per_round})"
+            )
+
+    @property
+    def rounds(self) -> int:
+        return self.steps // self.minibatches_per_round
+
+    def round_of(self, step_index: int) -> tuple[int, int]:
+        """(round, mini-batch within it) that 0-based optimizer step `step_index` trains on."""
+        return divmod(step_index, self.minibatches_per_round)
+
+    def generator_version(self, round_no: int) -> int:
+        """The policy version (optimizer steps taken) that samples round `round_no`."""
+        behind = 1 if self.asynchronous else 0
+        return max(0, round_no - behind) * self.minibatches_per_round
+
+    def needed_versions(self) -> set[int]:
+        return {self.generator_version(g) for g in range(self.rounds)}
+
+
+@dataclass(frozen=True)
+class GeneratorSpec:
+    """Everything the generator process needs (picklable: it crosses the spawn)."""
+
+    config: dict
+    model_path: str
+    problems: list[dict]
+    style: str
+    schedule: Schedule
+    first_round: int
+    threads: int
+
+
+def round_problems(spec: GeneratorSpec, round_no: int) -> list[dict]:
+    """The prompts of a round: N x prompts_per_step from a seeded order of the train split,
+    cycling when the rounds outnumber it."""
+    import random
+
+    section = spec.config["online_dpo"]
+    count = spec.schedule.minibatches_per_round * section["prompts_per_step"]
+    order = list(range(len(spec.problems)))
+    random.Random(spec.config["seed"]).shuffle(order)
+    start = round_no * count
+    return [spec.problems[order[(start + i) % len(order)]] for i in range(count)]
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this process when its parent dies (even by SIGKILL)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        log.warning("prctl is not available: the generator may outlive a killed learner")
+
+
+def generator_main(spec: GeneratorSpec, weights: queue.Queue, data: queue.Queue, stop) -> None:
+    """Process entry point: make rounds first_round.. in order; errors go back as a message."""
+    _die_with_parent()
+    # Ctrl-C reaches the whole process group; the learner decides and stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(spec.threads)
+    try:
+        _generate_rounds(spec, weights, data, stop)
+    except Exception:
+        data.put(("error", traceback.format_exc()))
+
+
+def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
+    from reasonrl.generation import make_engine
+    from reasonrl.sandbox import Sandbox
+
+    config = spec.config
+    generation = config["generation"]
+    engine = make_engine(
+        generation["engine"], spec.model_path, generation, config["policy"]["dtype"]
+    )
+    sandbox = Sandbox.from_config(config["sandbox"])
+    version = None
+    for round_no in range(spec.first_round, spec.schedule.rounds):
+        need = spec.schedule.generator_version(round_no)
+        waited, loading = 0.0, 0.0
+        while version is None or version < need:
+            t0 = time.perf_counter()
+            message = _get(weights, stop)
+            if message is None:
+                return
+            t1 = time.perf_counter()
+            version, state = message
+            engine.load_weights(state)
+            waited += t1 - t0
+            loading += time.perf_counter() - t1
+        if version > need:
+            # Only after a resume: the weights of `need` are gone; the round says what it used.
+            log.warning("round %d: sampling with version %d (wanted %d)", round_no, version, need)
+        t0 = time.perf_counter()
+        rows = sample_round(engine, sandbox, spec, round_no)
+        data.put(
+            (
+                "round",
+                {
+                    "round": round_no,
+                    "version": version,
+                    "rows": rows,
+                    "gen_seconds": time.perf_counter() - t0,
+                    "weight_wait_seconds": waited,
+                    "weight_load_seconds": loading,
+                },
+            )
+        )
+        if stop.is_set():
+            return
+
+
+def _get(weights, stop):
+    while not stop.is_set():
+        try:
+            return weights.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            continue
+    return None
+
+
+def sample_round(engine, sandbox, spec: GeneratorSpec, round_no: int) -> list[dict]:
+    """K tool-loop samples per prompt of the round (prompt-major), graded, with their
+    log-probs under the sampling policy (the denominator of Proximal RLOO's ratio)."""
+    from reasonrl.generation import SamplingParams
+    from reasonrl.rollout import RolloutLimits, run_rollouts
+    from reasonrl.training.online import sample_reward
+    from reasonrl.training.preference import encode_trajectory, reference_logps
+
+    config = spec.config
+    section = config["online_dpo"]
+    params = SamplingParams(
+        temperature=section["temperature"],
+        top_p=section["top_p"],
+        seed=config["seed"] * 1_000_003 + round_no,
+    )
+    rows = run_rollouts(
+        engine,
+        round_problems(spec, round_no),
+        spec.style,
+        section["samples_per_prompt"],
+        params,
+        RolloutLimits.from_config(config["rollout"]),
+        sandbox,
+        policy=f"round{round_no}",
+    )
+    seqs = [
+        encode_trajectory(engine.tokenizer, row["messages"], True, section["max_length"])
+        for row in rows
+    ]
+    behaviour = reference_logps(engine.model, seqs, engine.tokenizer.pad_token_id)
+    return [
+        {
+            "problem_id": row["problem_id"],
+            "messages": row["messages"],
+            "correct": row["correct"],
+            "finish_reason": row["finish_reason"],
+            "reward": sample_reward(row, section["eos_penalty"]),
+            "behaviour_logp": logp,
+        }
+        for row, logp in zip(rows, behaviour, strict=True)
+    ]
+
+
+class GeneratorProcess:
+    """The learner's handle on the generator: push weights, receive rounds, shut down.
+
+    Used as a context manager: leaving it (success, error, Ctrl-C) stops the process and
+    waits for it, so nothing outlives the learner.
+    """
+
+    def __init__(self, spec: GeneratorSpec):
+        import torch.multiprocessing as mp
+
+        context = mp.get_context("spawn")
+        self.weights = context.Queue()
+        self.data = context.Queue()
+        self.stop = context.Event()
+        self.process = context.Process(
+            target=generator_main,
+            args=(spec, self.weights, self.data, self.stop),
+            name="reasonrl-generator",
+            daemon=True,
+        )
+
+    def __enter__(self) -> GeneratorProcess:
+        self.process.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def push(self, version: int, model: torch.nn.Module) -> None:
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.weights.put((version, state))
+
+    def next_round(self) -> dict:
+        """The next round the generator made (blocks); raises if it failed or died."""
+        while True:
+            try:
+                kind, payload = self.data.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise ReasonRLError(
+                        f"the generator process died (exit code {self.process.exitcode})"
+                    ) from None
+                continue
+            if kind == "error":
+                raise ReasonRLError(f"the generator process failed:\n{payload}")
+            return payload
+
+    def close(self) -> None:
+        self.stop.set()
+        self.process.join(timeout=5 * POLL_SECONDS)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        for channel in (self.weights, self.data):
+            channel.cancel_join_thread()
+            channel.close()

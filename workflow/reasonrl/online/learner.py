@@ -1,0 +1,162 @@
+"""The learner side of online DPO / Proximal RLOO: rounds -> micro-batches -> the shared loop.
+
+Micro-batch i is mini-batch i % N of round i // N. Rounds arrive from the generator and are
+also written to a rounds folder next to the checkpoints, so a resumed run replays the rounds
+it had (exact resume) and the generator only makes the missing ones.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from reasonrl.io import read_json, write_json
+from reasonrl.online.actors import GeneratorProcess, Schedule
+from reasonrl.training.online import best_worst, dpo_batch, rloo_batch
+from reasonrl.training.preference import encode_trajectory, reference_logps
+
+
+class RoundStore:
+    """Received rounds as round-{g}.json, stamped with the run's fingerprint."""
+
+    def __init__(self, folder: Path, fingerprint: str):
+        self.folder = Path(folder)
+        self.fingerprint = fingerprint
+
+    def reset_unless_resuming(self, resuming: bool) -> None:
+        stamp = self.folder / "fingerprint"
+        stale = stamp.exists() and stamp.read_text() != self.fingerprint
+        if self.folder.exists() and (stale or not resuming):
+            shutil.rmtree(self.folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(self.fingerprint)
+
+    def stored(self) -> int:
+        """How many rounds 0, 1, ... are on disk without a gap."""
+        count = 0
+        while (self.folder / f"round-{count}.json").exists():
+            count += 1
+        return count
+
+    def load(self, round_no: int) -> dict:
+        return read_json(self.folder / f"round-{round_no}.json")
+
+    def save(self, payload: dict) -> None:
+        write_json(self.folder / f"round-{payload['round']}.json", payload)
+
+    def clear(self) -> None:
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+
+
+class OnlineBatches:
+    """micro_batch(i) and on_step(...) for the shared loop, fed by the generator."""
+
+    def __init__(
+        self,
+        generator: GeneratorProcess,
+        store: RoundStore,
+        schedule: Schedule,
+        section: dict,
+        tokenizer,
+        reference_model: torch.nn.Module,
+    ):
+        self.generator = generator
+        self.store = store
+        self.schedule = schedule
+        self.section = section
+        self.tokenizer = tokenizer
+        self.reference_model = reference_model
+        self.rounds: dict[int, dict] = {}
+        self.started = time.perf_counter()  # the wall-clock counts the generator's start-up
+        self.clock_offset = 0.0
+        self.pushed_once = False
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def _round(self, round_no: int) -> tuple[dict, float]:
+        """The round's payload and the seconds the learner waited for it."""
+        if round_no in self.rounds:
+            return self.rounds[round_no], 0.0
+        t0 = time.perf_counter()
+        if (self.store.folder / f"round-{round_no}.json").exists():
+            payload = self.store.load(round_no)
+        else:
+            payload = self.generator.next_round()
+            if payload["round"] != round_no:
+                raise RuntimeError(f"expected round {round_no}, got {payload['round']}")
+            self.store.save(payload)
+        self.rounds = {round_no: payload}  # earlier rounds are done with
+        return payload, time.perf_counter() - t0
+
+    def __call__(self, index: int) -> dict:
+        round_no, part = self.schedule.round_of(index)
+        payload, waited = self._round(round_no)
+        k = self.section["samples_per_prompt"]
+        per_step = self.section["prompts_per_step"] * k
+        rows = payload["rows"][part * per_step : (part + 1) * per_step]
+        t0 = time.perf_counter()
+        seqs = [
+            encode_trajectory(self.tokenizer, row["messages"], True, self.section["max_length"])
+            for row in rows
+        ]
+        ref = reference_logps(self.reference_model, seqs, self.tokenizer.pad_token_id)
+        rewards = [row["reward"] for row in rows]
+        behaviour = [row["behaviour_logp"] for row in rows]
+        pairs, margins, ties = [], [], 0
+        for start in range(0, len(rows), k):
+            choice = best_worst(rewards[start : start + k])
+            if choice is None:
+                ties += 1
+                continue
+            pairs.append((start + choice.best, start + choice.worst))
+            margins.append(choice.margin)
+        pad = self.tokenizer.pad_token_id
+        if self.section["loss"] == "dpo":
+            batch = dpo_batch(seqs, ref, pairs, pad)
+        else:
+            batch = rloo_batch(seqs, ref, behaviour, rewards, pad)
+        tokens = sum(sum(s.mask) for s in seqs)
+        version = payload["version"]
+        batch["metrics"] = {
+            "reward": sum(rewards) / len(rewards),
+            "correct": sum(row["correct"] for row in rows) / len(rows),
+            "win_margin": sum(margins) / len(margins) if margins else 0.0,
+            "pairs": float(len(pairs)),
+            "ties": float(ties),
+            # KL(pi_gen || pi_sft) estimated on the samples, and the SFT policy's perplexity
+            "kl": sum(b - r for b, r in zip(behaviour, ref, strict=True)) / len(rows),
+            "ref_perplexity": math.exp(-sum(ref) / max(1, tokens)),
+            "policy_version": float(version),
+            "lag": float(index - version),
+            "round": float(round_no),
+            "gen_seconds": payload["gen_seconds"] if part == 0 else 0.0,
+            "generator_weight_wait_seconds": payload["weight_wait_seconds"] if part == 0 else 0.0,
+            "weight_load_seconds": payload["weight_load_seconds"] if part == 0 else 0.0,
+            "data_wait_seconds": waited,
+            "reference_seconds": time.perf_counter() - t0,
+        }
+        return batch
+
+    # -- weights ------------------------------------------------------------------------------
+
+    def on_step(self, step: int, model: torch.nn.Module, history: list[dict]) -> dict | None:
+        """Push the weights a later round samples with; stamp the step's wall-clock."""
+        t0 = time.perf_counter()
+        if not self.pushed_once:
+            # The start (or the resumed step): the generator begins with these weights.
+            self.pushed_once = True
+            self.clock_offset = history[-1]["elapsed"] if history else 0.0
+            self.generator.push(step, model)
+            return None
+        if step in self.schedule.needed_versions():
+            self.generator.push(step, model)
+        now = time.perf_counter()
+        return {
+            "weight_push_seconds": now - t0,
+            "elapsed": self.clock_offset + now - self.started,
+        }

@@ -1,0 +1,147 @@
+"""Online RLHF losses on freshly sampled trajectories (asynchronous RLHF paper).
+
+- Online DPO: per prompt, the best and the worst of K samples by reward make the pair (ties
+  dropped and counted); the loss is the DPO loss of reasonrl.training.preference against a
+  reference fixed at the SFT policy, log-probs summed over the model's own turns (M-DPO masks).
+- Proximal RLOO (paper, appendix B): RLOO's leave-one-out advantage of the KL-penalised reward,
+  with a PPO-style clipped importance ratio pi(y|x) / pi_gen(y|x) to the policy that generated
+  the sample, so off-policy samples are corrected and large steps are cut.
+
+Rewards come from the verifier (arith answer check), minus an EOS penalty for samples cut by a
+token cap (they never ended their turn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from reasonrl.errors import ReasonRLError
+from reasonrl.training.preference import (
+    LossSettings,
+    MaskedSequence,
+    PreferenceObjective,
+    pad_sequences,
+    sequence_logps,
+)
+
+TRUNCATED = ("turn_token_cap", "total_token_cap")
+
+
+def sample_reward(row: dict, eos_penalty: float) -> float:
+    """1 for a correct final answer, else 0; minus `eos_penalty` when a token cap cut it."""
+    return float(row["correct"]) - (eos_penalty if row["finish_reason"] in TRUNCATED else 0.0)
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """Indices (into one prompt's K samples) of the best and worst sample, or None on a tie."""
+
+    best: int
+    worst: int
+    margin: float
+
+
+def best_worst(rewards: list[float]) -> PairChoice | None:
+    """Best vs worst of one prompt's samples (first index wins ties); None when all tie."""
+    best = max(range(len(rewards)), key=lambda i: rewards[i])
+    worst = min(range(len(rewards)), key=lambda i: rewards[i])
+    if rewards[best] == rewards[worst]:
+        return None
+    return PairChoice(best, worst, rewards[best] - rewards[worst])
+
+
+def proximal_rloo_loss(
+    logps: torch.Tensor,
+    behaviour_logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    rewards: torch.Tensor,
+    k: int,
+    beta: float,
+    clip: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Proximal RLOO over rows grouped K per prompt (prompt-major).
+
+    reward' = reward - beta * (log pi_gen - log pi_ref)  (sequence KL penalty, no gradient)
+    A_i = reward'_i - mean_{j != i} reward'_j            (leave-one-out baseline)
+    rho_i = exp(log pi(y_i) - log pi_gen(y_i))
+    loss = -mean_i min(rho_i A_i, clip(rho_i, 1 - clip, 1 + clip) A_i)
+    """
+    if k < 2 or logps.shape[0] % k:
+        raise ReasonRLError(f"Proximal RLOO needs K >= 2 samples per prompt (got {k})")
+    shaped = (rewards - beta * (behaviour_logps - ref_logps)).view(-1, k)
+    baseline = (shaped.sum(1, keepdim=True) - shaped) / (k - 1)
+    advantages = (shaped - baseline).reshape(-1).detach()
+    ratio = torch.exp(logps - behaviour_logps)
+    clipped = torch.clamp(ratio, 1 - clip, 1 + clip)
+    loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+    stats = {
+        "ratio_mean": float(ratio.detach().mean()),
+        "clipped_fraction": float(((ratio - 1).abs() > clip).float().mean()),
+    }
+    return loss, stats
+
+
+class OnlineObjective:
+    """loss_fn(model, batch) for the shared loop: "dpo" (best/worst pairs, PreferenceObjective
+    with M-DPO masks and cached SFT reference log-probs) or "rloo" (Proximal RLOO).
+
+    A batch carries its step metrics (reward, KL, policy version ...) in batch["metrics"];
+    they are passed through to the loop's history. A DPO batch without a pair (every prompt
+    tied) trains nothing that step.
+    """
+
+    def __init__(self, loss: str, beta: float, clip: float, k: int):
+        self.loss = loss
+        self.beta = beta
+        self.clip = clip
+        self.k = k
+        self.dpo = PreferenceObjective(LossSettings(name="mdpo", eta=beta))
+
+    def __call__(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+        metrics = dict(batch["metrics"])
+        if batch["input_ids"].shape[0] == 0:
+            return torch.zeros((), requires_grad=True), {"tokens": 0.0, **metrics}
+        if self.loss == "dpo":
+            loss, stats = self.dpo(model, batch)
+        else:
+            logps, _ = sequence_logps(model, batch)
+            loss, stats = proximal_rloo_loss(
+                logps,
+                batch["behaviour_logps"],
+                batch["ref_logps"],
+                batch["rewards"],
+                self.k,
+                self.beta,
+                self.clip,
+            )
+            stats["tokens"] = float(batch["attention_mask"].sum())
+        return loss, {**stats, **metrics}
+
+
+def dpo_batch(
+    seqs: list[MaskedSequence], ref_logps: list[float], pairs: list[tuple[int, int]], pad_id: int
+) -> dict:
+    """Chosen rows first, then rejected (the PreferenceObjective layout), with reference
+    log-probs; `pairs` index into `seqs`."""
+    if not pairs:
+        return {"input_ids": torch.zeros((0, 0), dtype=torch.long)}
+    order = [c for c, _ in pairs] + [r for _, r in pairs]
+    batch = pad_sequences([seqs[i] for i in order], pad_id)
+    batch["ref_logps"] = torch.tensor([ref_logps[i] for i in order], dtype=torch.float32)
+    return batch
+
+
+def rloo_batch(
+    seqs: list[MaskedSequence],
+    ref_logps: list[float],
+    behaviour_logps: list[float],
+    rewards: list[float],
+    pad_id: int,
+) -> dict:
+    batch = pad_sequences(seqs, pad_id)
+    batch["ref_logps"] = torch.tensor(ref_logps, dtype=torch.float32)
+    batch["behaviour_logps"] = torch.tensor(behaviour_logps, dtype=torch.float32)
+    batch["rewards"] = torch.tensor(rewards, dtype=torch.float32)
+    return batch
