@@ -28,6 +28,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/preference.smk"
 include: "workflow/rules/reward_models.smk"
+include: "workflow/rules/ppo.smk"
 # Keep last: it sees every rule above.
 include: "workflow/rules/docker.smk"
 
@@ -38,3 +39,4 @@ rule all:
         rules.report.output,
         rules.preference_table.output if config["preference"]["variants"] else [],
         reward_model_targets(),
+        ppo_targets(),
