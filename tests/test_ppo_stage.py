@@ -4,6 +4,7 @@ PPO-M's at N=5), the best checkpoint, exact resume; the R^2 stage; the learning 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -11,15 +12,17 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
+from reasonrl.chat import render
 from reasonrl.config import validate_config
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
-from reasonrl.io import read_json, write_json, write_jsonl
+from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.models import load_policy, load_tokenizer
-from reasonrl.rewards.training import INFO_FILE
+from reasonrl.rewards.training import INFO_FILE, PairBatches, bradley_terry_loss
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
-from reasonrl.tasks import build_problems
+from reasonrl.tasks import build_problems, prompt_messages
+from reasonrl.training.loop import CheckpointStore, LoopSettings, train
 from reasonrl.training.ppo_stages import strategy_r2
 from reasonrl.training.ppo_trainer import Scorer, run_ppo
 
@@ -35,15 +38,46 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def _ascii_tokens(tokenizer) -> list[int]:
+    """Ids that decode to printable ASCII and encode back to themselves."""
+    ids = []
+    for i in range(len(tokenizer)):
+        text = tokenizer.decode([i])
+        printable = text.isascii() and text.strip() and text.isprintable()
+        if printable and tokenizer(text, add_special_tokens=False)["input_ids"] == [i]:
+            ids.append(i)
+    return ids
+
+
 @pytest.fixture(scope="module")
-def reward_model(tiny_policy, tmp_path_factory) -> Path:
-    """A BT reward-model folder: a seeded scalar head on the tiny policy (a fixed function of
-    the text, which is all PPO needs to be tested against)."""
+def reward_model(tiny_policy, problems, tmp_path_factory) -> Path:
+    """A Bradley-Terry RM trained (shared loop, BT loss) to prefer responses made of "liked"
+    tokens (even ids among the printable ones) over "disliked" ones (odd ids): a preference
+    a policy can learn by moving probability mass, so PPO's effect on the RM reward shows."""
     folder = tmp_path_factory.mktemp("rm")
+    tokenizer = load_tokenizer(tiny_policy)
     torch.manual_seed(3)
     model = AutoModelForSequenceClassification.from_pretrained(tiny_policy, num_labels=1)
-    tokenizer = load_tokenizer(tiny_policy)
     model.config.pad_token_id = tokenizer.pad_token_id
+    printable = _ascii_tokens(tokenizer)
+    liked, disliked = printable[::2], printable[1::2]
+    rng = random.Random(0)
+    rows = read_jsonl(problems, schema="problem")
+    end = tokenizer("<|im_end|>\n", add_special_tokens=False)["input_ids"]
+
+    def response(share_liked: float) -> list[int]:
+        return [rng.choice(liked if rng.random() < share_liked else disliked) for _ in range(12)]
+
+    pairs = []
+    for i in range(256):
+        prompt = render(tokenizer, prompt_messages(rows[i % len(rows)], "tool"), True)
+        head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        better, worse = sorted([rng.random(), rng.random()], reverse=True)
+        pairs.append((head + response(better) + end, head + response(worse) + end))
+    settings = LoopSettings(max_steps=80, lr=3e-3, checkpoint_every=1000, log_every=20)
+    batches = PairBatches(pairs, 16, tokenizer.pad_token_id, 0)
+    result = train(model, batches, bradley_terry_loss, settings, CheckpointStore(folder / "c", "x"))
+    assert result["history"][-1]["accuracy"] > 0.8  # the preference was learned
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     write_json(folder / INFO_FILE, {"kind": "bt"})
@@ -168,22 +202,24 @@ def _mean_reward(policy_dir, reward_model, problems, seed) -> float:
 @pytest.mark.learning
 def test_ppo_raises_mean_reward_over_sft(tiny_policy, reward_model, problems, tmp_path):
     config = ppo_config(
-        iterations=6,
+        iterations=8,
         prompts_per_iteration=8,
-        ppo_epochs=2,
+        ppo_epochs=4,
         batch_size=8,
-        policy_lr=3e-3,
-        critic_lr=3e-3,
+        policy_lr=1e-2,
+        critic_lr=1e-2,
         kl_beta=0.01,
         variants=[{"name": "br", "filter": "br"}],
     )
     out = tmp_path / "ppo-br"
     metrics = run_ppo(config, "br", str(tiny_policy), str(reward_model), str(problems), out)
-    from reasonrl.io import read_jsonl
-
     held = read_jsonl(problems, schema="problem")[-2:]
     before = _mean_reward(tiny_policy, reward_model, held, seed=123)
     after = _mean_reward(out, reward_model, held, seed=123)
-    print(f"mean RM reward SFT {before:.4f} -> PPO {after:.4f}; {metrics['iterations']}")
-    assert after > before + 0.1
+    trend = [(it["reward_sampled"], it["heldout_reward"]) for it in metrics["iterations"]]
+    print(f"mean RM reward SFT {before:.4f} -> PPO {after:.4f}; (sampled, held-out): {trend}")
+    print(f"best iteration {metrics['best_iteration']}, final {metrics['final_heldout']}")
+    sampled = [it["reward_sampled"] for it in metrics["iterations"]]
+    assert sampled[-1] > sampled[0] + 0.5  # the training samples' reward rises
+    assert after > before + 0.1  # and so does the returned (best) policy's, on held-out prompts
     shutil.rmtree(out)
