@@ -23,7 +23,7 @@ from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.tasks import build_problems, prompt_messages
 from reasonrl.training.loop import CheckpointStore, LoopSettings, train
-from reasonrl.training.ppo_stages import strategy_r2
+from reasonrl.training.ppo_stages import strategy_r2, write_ppo_table
 from reasonrl.training.ppo_trainer import Scorer, run_ppo
 
 ROLLOUT = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
@@ -223,3 +223,29 @@ def test_ppo_raises_mean_reward_over_sft(tiny_policy, reward_model, problems, tm
     assert sampled[-1] > sampled[0] + 0.5  # the training samples' reward rises
     assert after > before + 0.1  # and so does the returned (best) policy's, on held-out prompts
     shutil.rmtree(out)
+
+
+def test_ppo_table_puts_pass_at_1_ci_beside_r2(tmp_path):
+    def eval_metrics(name: str, value: float) -> str:
+        path = tmp_path / f"{name}.json"
+        write_json(path, {"greedy_pass@1": value, "greedy_pass@1_ci": [0.1, 0.6], "n_problems": 9})
+        return str(path)
+
+    model = tmp_path / "ppo-br"
+    compute = {"queries": 4, "responses": 20, "rm_passes": 20, "policy_passes": 8}
+    write_json(
+        model / "metrics.json",
+        {"label": "PF-PPO (BR)", "compute": {**compute, "critic_passes": 8}, "best_iteration": 2},
+    )
+    r2 = tmp_path / "r2.json"
+    strategies = [{"strategy": "unfiltered", "r2": 0.5}, {"strategy": "br", "r2": 0.9}]
+    write_json(r2, {"strategies": strategies, "bins": []})
+    rows = write_ppo_table(
+        eval_metrics("sft", 0.2), [("br", eval_metrics("br", 0.4), str(model))], str(r2), tmp_path
+    )
+    assert [(r["method"], r["pass@1"], r["r2_sft"]) for r in rows] == [
+        ("SFT", 0.2, 0.5),
+        ("PF-PPO (BR)", 0.4, 0.9),
+    ]
+    assert rows[1]["policy_passes/iter"] == 8 and rows[1]["ci_low"] == 0.1
+    assert "| PF-PPO (BR) | 0.4 |" in (tmp_path / "table.md").read_text()

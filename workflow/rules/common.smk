@@ -21,7 +21,7 @@ from reasonrl.errors import ReasonRLError
 wildcard_constraints:
     task=r"[^/]+",
     variant=r"tool|cot",
-    policy=r"base|sft-(tool|cot)|[a-z][a-z0-9.-]*-round\d+",
+    policy=r"base|sft-(tool|cot)|[a-z][a-z0-9.-]*-round\d+|ppo-[a-z0-9.-]+",
 
 
 # Software of every rule (used with --software-deployment-method conda; the venv otherwise).
