@@ -249,3 +249,22 @@ def test_ppo_table_puts_pass_at_1_ci_beside_r2(tmp_path):
     ]
     assert rows[1]["policy_passes/iter"] == 8 and rows[1]["ci_low"] == 0.1
     assert "| PF-PPO (BR) | 0.4 |" in (tmp_path / "table.md").read_text()
+
+
+def test_ppo_table_cli_names_a_malformed_row_in_one_line(tmp_path, capsys):
+    from reasonrl.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ppo-table", "--sft-eval", "s.json", "--row", "br", "--r2", "r.json",
+              "--out-dir", str(tmp_path)])  # fmt: skip
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "reasonrl: error: --row expects NAME=EVAL_METRICS:MODEL_DIR, got 'br'"
+
+
+def test_ppo_without_a_reward_model_is_an_error(tiny_policy, problems, tmp_path):
+    from reasonrl.errors import ReasonRLError
+
+    config = ppo_config(variants=[{"name": "br", "filter": "br"}])
+    with pytest.raises(ReasonRLError, match="ppo.reward 'rm' needs a reward model"):
+        run_ppo(config, "br", str(tiny_policy), None, str(problems), tmp_path / "out")

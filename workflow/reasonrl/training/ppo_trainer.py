@@ -107,7 +107,9 @@ class Scorer:
         if kind != "oracle":
             self.model, self.tokenizer, info = load_reward_model(reward_model, dtype)
             if info["kind"] != "bt":
-                raise ReasonRLError(f"{reward_model}: PPO takes a Bradley-Terry RM, not {info}")
+                raise ReasonRLError(
+                    f"{reward_model}: PPO takes a Bradley-Terry RM, not '{info['kind']}'"
+                )
 
     def rm(self, rows: list[dict]) -> list[float]:
         texts = [render(self.tokenizer, r["messages"]) for r in rows]
