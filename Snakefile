@@ -29,6 +29,7 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/preference.smk"
 include: "workflow/rules/reward_models.smk"
 include: "workflow/rules/online_dpo.smk"
+include: "workflow/rules/ppo.smk"
 # Keep last: it sees every rule above.
 include: "workflow/rules/docker.smk"
 
@@ -40,3 +41,4 @@ rule all:
         rules.preference_table.output if config["preference"]["variants"] else [],
         reward_model_targets(),
         rules.online_dpo_table.output if config["online_dpo"]["variants"] else [],
+        ppo_targets(),

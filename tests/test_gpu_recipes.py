@@ -44,7 +44,7 @@ def test_recipe_trains_and_evaluates_the_papers_hub_model_with_vllm(snakemake, n
     for argv in sft + evaluate:
         model = argv[argv.index("--model") + 1]
         assert model == hub_id or re.fullmatch(
-            r"results/models/(sft-(tool|cot)|mdpo-round\d)", model
+            r"results/models/(sft-(tool|cot)|mdpo-round\d|ppo-[a-z0-9.-]+)", model
         )
     assert any(argv[argv.index("--model") + 1] == hub_id for argv in sft)
     for argv in sft:
@@ -98,3 +98,17 @@ def test_prm_recipe_annotates_with_sixteen_completions_and_trains_at_2e_6(snakem
         assert rm["tasks"] == ["gsm8k"] and rm["annotation"]["completions"] == 16
         assert rm["train"]["lr"] == 2e-6
         assert rm["train"]["batch_size"] * rm["train"]["grad_accum"] == 32
+
+
+def test_pfppo_recipe_runs_ppo_with_the_papers_learning_rates(snakemake):
+    result = snakemake("-n", "-p", "--configfile", "config/gpu-pfppo-deepseek-coder-6.7b.yaml")
+    ppo = [
+        shlex.split(line.removeprefix("Shell command: "))
+        for line in result.stdout.splitlines()
+        if line.startswith("Shell command: reasonrl ppo ")
+    ]
+    assert sorted(argv[argv.index("--variant") + 1] for argv in ppo) == ["br", "bw", "m", "s"]
+    for argv in ppo:
+        section = json.loads(argv[argv.index("--config-json") + 1])["ppo"]
+        assert (section["policy_lr"], section["critic_lr"]) == (5e-7, 9e-6)
+        assert section["responses_per_prompt"] == 5

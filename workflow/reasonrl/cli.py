@@ -315,6 +315,36 @@ def reward_tables(args: argparse.Namespace, config: dict) -> None:
     write_reward_tables(args.best_of_n, args.hgs, args.prm, args.out_dir)
 
 
+def ppo(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.training.ppo_trainer import run_ppo
+
+    metrics = run_ppo(config, args.variant, args.model, args.reward_model, args.problems, args.out)
+    log.info(
+        "%s: best iteration %s, held-out %s, compute per iteration %s",
+        args.variant, metrics["best_iteration"], metrics["best_heldout"], metrics["compute"],
+    )  # fmt: skip
+
+
+def ppo_r2(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.training.ppo_stages import strategy_r2
+
+    for row in strategy_r2(config, args.model, args.reward_model, args.problems, args.out_dir):
+        log.info("%s: R^2 %s over %d bins", row["strategy"], row["r2"], row["bins"])
+
+
+def ppo_table(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.training.ppo_stages import write_ppo_table
+
+    rows = []
+    for item in args.row:
+        name, sep, rest = item.partition("=")
+        metrics, sep2, model = rest.partition(":")
+        if not (sep and sep2):
+            raise ReasonRLError(f"--row expects NAME=EVAL_METRICS:MODEL_DIR, got '{item}'")
+        rows.append((name, metrics, model))
+    write_ppo_table(args.sft_eval, rows, args.r2, args.out_dir)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reasonrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -397,6 +427,7 @@ def _parser() -> argparse.ArgumentParser:
     add_containers_parser(sub)
     _reward_model_stages(stage)
     _online_stages(stage)
+    _ppo_stages(stage)
     return parser
 
 
@@ -455,6 +486,25 @@ def _reward_model_stages(stage) -> None:
     p.add_argument("--best-of-n", nargs="+", required=True, help="best_of_n.json files")
     p.add_argument("--hgs", nargs="*", default=[], help="hgs.json files")
     p.add_argument("--prm", nargs="*", default=[], help="PRM model folders")
+    p.add_argument("--out-dir", required=True)
+
+
+def _ppo_stages(stage) -> None:
+    p = stage("ppo", ppo, "PPO / PF-PPO from the SFT policy (one variant of ppo.variants)")
+    p.add_argument("--variant", required=True, help="a name in ppo.variants")
+    p.add_argument("--model", required=True, help="SFT policy folder (start and KL reference)")
+    p.add_argument("--reward-model", help="BT-RM folder (ppo.reward rm or combined)")
+    p.add_argument("--problems", required=True, help="train problems JSONL")
+    p.add_argument("--out", required=True)
+    p = stage("ppo-r2", ppo_r2, "R^2 of reward vs true score per filtering strategy (SFT)")
+    p.add_argument("--model", required=True, help="SFT policy folder")
+    p.add_argument("--reward-model", required=True, help="BT-RM folder")
+    p.add_argument("--problems", required=True)
+    p.add_argument("--out-dir", required=True)
+    p = stage("ppo-table", ppo_table, "held-out pass@1 of SFT and PPO variants beside R^2")
+    p.add_argument("--sft-eval", required=True, help="eval metrics.json of the SFT policy")
+    p.add_argument("--row", action="append", default=[], help="NAME=EVAL_METRICS:MODEL_DIR")
+    p.add_argument("--r2", required=True, help="r2.json of ppo-r2")
     p.add_argument("--out-dir", required=True)
 
 

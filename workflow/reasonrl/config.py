@@ -74,6 +74,7 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
     _check_preference(filled["preference"], filled["tasks"], source, given)
     _check_reward_models(raw or {}, filled, source)
     _check_online(filled["online_dpo"], source)
+    _check_ppo(raw or {}, filled, source)
     return filled
 
 
@@ -131,6 +132,19 @@ def _check_reward_models(raw: dict, filled: dict, source: str) -> None:
     if low > high:
         raise ReasonRLError(
             f"{source}: config key 'reward_models.hgs.neutral_band' is not low, high"
+        )
+
+
+def _check_ppo(raw: dict, filled: dict, source: str) -> None:
+    """PPO variant names unique; the PPO task configured (when there are variants to run)."""
+    section = filled["ppo"]
+    names = [v["name"] for v in section["variants"]]
+    for name in names:
+        if names.count(name) > 1:
+            raise ReasonRLError(f"{source}: config key 'ppo.variants' repeats '{name}'")
+    if "ppo" in raw and "tasks" in raw and names and section["task"] not in filled["tasks"]:
+        raise ReasonRLError(
+            f"{source}: config key 'ppo.task' names '{section['task']}', which is not under 'tasks'"
         )
 
 

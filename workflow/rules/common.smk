@@ -6,6 +6,7 @@
 # inputs come from the previous round's policy, resolved here like the ones below.
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from reasonrl.errors import ReasonRLError
 wildcard_constraints:
     task=r"[^/]+",
     variant=r"tool|cot",
-    policy=r"base|sft-(tool|cot)|[a-z][a-z0-9.-]*-round\d+|online-[a-z][a-z0-9.-]*",
+    policy=r"base|sft-(tool|cot)|[a-z][a-z0-9.-]*-round\d+|online-[a-z][a-z0-9.-]*|ppo-[a-z0-9.-]+",
 
 
 # Software of every rule (used with --software-deployment-method conda; the venv otherwise).
@@ -400,3 +401,51 @@ def online_table_args(wildcards, input):
             for name in online_names()
         ],
     )
+
+
+# --- PPO / PF-PPO (workflow/rules/ppo.smk) ---------------------------------------------------
+
+PPO = config["ppo"]
+
+
+def ppo_variants():
+    return [v["name"] for v in PPO["variants"]]
+
+
+def ppo_variant_pattern():
+    """Wildcard constraint: exactly the configured variant names (none matches when empty)."""
+    names = ppo_variants()
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+def ppo_reward_model():
+    """The BT-RM of the PPO task, unless PPO is rewarded by the verifier alone."""
+    if PPO["reward"] == "oracle":
+        return []
+    return f"results/rm/{PPO['task']}/model-bt"
+
+
+def ppo_reward_model_arg(wildcards, input):
+    return (
+        f"--reward-model {shlex.quote(input.reward_model)}"
+        if input.reward_model
+        else ""
+    )
+
+
+def ppo_eval_metrics(policy):
+    return f"results/eval/{policy}/{PPO['task']}/metrics.json"
+
+
+def ppo_table_rows(wildcards, input):
+    """--row NAME=EVAL_METRICS:MODEL_DIR of every variant."""
+    specs = [
+        f"{name}={ppo_eval_metrics(f'ppo-{name}')}:results/models/ppo-{name}"
+        for name in ppo_variants()
+    ]
+    return repeated_flag("--row", specs)
+
+
+def ppo_targets():
+    """The PPO table when ppo.variants names any variant, else nothing."""
+    return ["results/report/ppo/table.md"] if ppo_variants() else []

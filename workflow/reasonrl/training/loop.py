@@ -104,8 +104,10 @@ def train(
     """
     accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
     torch.manual_seed(settings.seed)
+    # A model with parts that learn at their own rates (PPO's policy and critic) names them.
+    groups = model.optimizer_groups() if hasattr(model, "optimizer_groups") else None
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+        groups or model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
     )
     scheduler = get_cosine_schedule_with_warmup(
         optimizer, round(settings.warmup_ratio * settings.max_steps), settings.max_steps

@@ -1,0 +1,413 @@
+"""PPO / PF-PPO on the shared training loop.
+
+The loop sees PPO as one more loss (training.ppo.PPOObjective) and one more batch source:
+micro-batch i belongs to iteration i // steps_per_iteration; the first micro-batch of an
+iteration fills its buffer with the live policy (sample N responses per prompt through the
+rollout loop, score them, filter them, compute old log-probs, values, SFT log-probs, per-token
+rewards and GAE), then the iteration's micro-batches walk the buffer for `ppo_epochs` epochs.
+Checkpoints fall on iteration boundaries, so a resumed run refills the same buffer from the
+same policy and seeds: exact resume.
+
+Compute accounting rides in each step's stats (summed per iteration in metrics.json):
+queries, responses, reward-model passes, policy and critic forward-backward passes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from reasonrl.chat import render, tokenize_chat
+from reasonrl.errors import ReasonRLError
+from reasonrl.generation import SamplingParams
+from reasonrl.generation.hf import HFEngine
+from reasonrl.io import read_jsonl
+from reasonrl.manifest import Provenance
+from reasonrl.models import load_policy
+from reasonrl.rewards.scoring import bt_scores
+from reasonrl.rewards.training import load_reward_model
+from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.sandbox import Sandbox
+from reasonrl.training.filtration import FilterSpec, select
+from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
+from reasonrl.training.ppo import (
+    PolicyCritic,
+    PPOObjective,
+    PPOSettings,
+    action_logps,
+    gae,
+    normalise,
+    token_rewards,
+)
+
+log = logging.getLogger(__name__)
+
+REWARDS = ("rm", "oracle", "combined")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    filter: FilterSpec
+    label: str
+
+    @classmethod
+    def from_config(cls, entry: dict, section: dict) -> Variant:
+        spec = FilterSpec(
+            entry["filter"],
+            draws=section["draws_per_prompt"],
+            k=entry.get("k", 1.0),
+            top=section["thresholds"]["top"],
+            bottom=section["thresholds"]["bottom"],
+        )
+        return cls(entry["name"], spec, entry.get("label") or entry["name"])
+
+
+def find_variant(section: dict, name: str) -> Variant:
+    for entry in section["variants"]:
+        if entry["name"] == name:
+            return Variant.from_config(entry, section)
+    raise ReasonRLError(f"ppo.variants has no variant named {name!r}")
+
+
+def rows_per_iteration(variant: Variant, section: dict) -> int:
+    """Buffer rows an iteration nominally trains on (the paper's Table 4, per n queries)."""
+    prompts, n = section["prompts_per_iteration"], section["responses_per_prompt"]
+    if variant.filter.name in ("ppo-s", "ppo-m"):
+        return prompts * n
+    return prompts * section["draws_per_prompt"]
+
+
+def steps_per_iteration(variant: Variant, section: dict) -> int:
+    return section["ppo_epochs"] * math.ceil(
+        rows_per_iteration(variant, section) / section["batch_size"]
+    )
+
+
+class Scorer:
+    """Sequence rewards: the BT-RM, the oracle verifier (1 pass / 0 fail) or both combined as
+    in Qwen-Math (sigmoid(0.5 * rm) + correct - 1), the paper's appendix B."""
+
+    def __init__(self, kind: str, reward_model: str | None, dtype: str):
+        if kind not in REWARDS:
+            raise ReasonRLError(f"unknown ppo.reward {kind!r} (expected one of {REWARDS})")
+        if kind != "oracle" and not reward_model:
+            raise ReasonRLError(f"ppo.reward {kind!r} needs a reward model (--reward-model)")
+        self.kind = kind
+        self.model = self.tokenizer = None
+        if kind != "oracle":
+            self.model, self.tokenizer, info = load_reward_model(reward_model, dtype)
+            if info["kind"] != "bt":
+                raise ReasonRLError(
+                    f"{reward_model}: PPO takes a Bradley-Terry RM, not '{info['kind']}'"
+                )
+
+    def rm(self, rows: list[dict]) -> list[float]:
+        texts = [render(self.tokenizer, r["messages"]) for r in rows]
+        return bt_scores(self.model, self.tokenizer, texts)
+
+    def __call__(self, rows: list[dict]) -> tuple[list[float], int]:
+        """(scores, reward-model passes)."""
+        oracle = [float(r["correct"]) for r in rows]
+        if self.kind == "oracle":
+            return oracle, 0
+        rm = self.rm(rows)
+        if self.kind == "rm":
+            return rm, len(rows)
+        combined = [1 / (1 + math.exp(-0.5 * s)) + o - 1 for s, o in zip(rm, oracle, strict=True)]
+        return combined, len(rows)
+
+
+class PPOBatches:
+    """Micro-batch i of a PPO run (see the module docstring); evaluates held-out prompts at
+    the start of each iteration and keeps the best policy's weights on disk."""
+
+    def __init__(self, run: PPORun):
+        self.run = run
+        self.iteration = -1
+        self.buffer: dict[str, torch.Tensor] = {}
+        self.info: dict[str, float] = {}
+
+    def __call__(self, index: int) -> dict[str, torch.Tensor]:
+        per = self.run.steps_per_iteration
+        iteration, step = divmod(index, per)
+        if iteration != self.iteration:
+            self.iteration = iteration
+            self.info = self.run.start_iteration(iteration, fresh=index == 0)
+            self.buffer = self.run.fill_buffer(iteration, self.info)
+        rows = len(self.buffer["input_ids"])
+        bs = min(self.run.section["batch_size"], rows)
+        per_epoch = math.ceil(rows / bs)
+        epoch, position = divmod(step, per_epoch)
+        order = list(range(rows))
+        random.Random(self.run.seed * 100_003 + iteration * 1_009 + epoch).shuffle(order)
+        chosen = order[position * bs :][:bs] or order[:bs]
+        batch = {k: v[chosen] for k, v in self.buffer.items()}
+        info = dict.fromkeys(ITERATION_KEYS, 0.0) if step else dict(self.info)
+        info.update(iteration=float(iteration), policy_passes=float(len(chosen)))
+        info["critic_passes"] = float(len(chosen))
+        batch["info"] = info
+        return batch
+
+
+ITERATION_KEYS = (
+    "queries",
+    "responses",
+    "rm_passes",
+    "buffer_rows",
+    "reward_sampled",
+    "reward_buffer",
+    "heldout_pass",
+    "heldout_reward",
+)
+
+
+class PPORun:
+    """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts."""
+
+    def __init__(self, config: dict, variant: Variant, sft: str, reward_model, problems, ckpt):
+        self.config, self.variant = config, variant
+        self.section, self.seed = config["ppo"], config["seed"]
+        dtype = config["policy"]["dtype"]
+        policy, self.tokenizer = load_policy(sft, dtype)
+        torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
+        s = self.section
+        self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"])
+        self.reference = AutoModelForCausalLM.from_pretrained(sft).eval().requires_grad_(False)
+        self.scorer = Scorer(s["reward"], reward_model, dtype)
+        held = s["heldout_prompts"]
+        if len(problems) <= held:
+            raise ReasonRLError(
+                f"ppo.heldout_prompts={held} leaves no training prompts of {len(problems)}"
+            )
+        self.train_problems = problems[: len(problems) - held]
+        self.heldout = problems[len(problems) - held :]
+        self.sandbox = Sandbox.from_config(config["sandbox"])
+        self.limits = RolloutLimits.from_config(config["rollout"])
+        self.steps_per_iteration = steps_per_iteration(variant, s)
+        self.best_path = Path(ckpt) / "best.pt"
+
+    # --- sampling ---------------------------------------------------------------------------
+    def _rollouts(self, problems, samples: int, temperature: float, seed: int) -> list[dict]:
+        policy = self.model.policy
+        engine = HFEngine(policy, self.tokenizer, self.config["generation"]["batch_size"])
+        params = SamplingParams(temperature=temperature, top_p=1.0, seed=seed)
+        try:
+            return run_rollouts(
+                engine, problems, self.section["style"], samples, params, self.limits,
+                self.sandbox, "ppo",
+            )  # fmt: skip
+        finally:
+            policy.train()
+
+    def iteration_prompts(self, iteration: int) -> list[dict]:
+        """The iteration's prompts: the next slice of a fresh seeded permutation per pass."""
+        count = self.section["prompts_per_iteration"]
+        if self.variant.filter.name == "ppo-s":  # N x the queries, one response each (Table 4)
+            count *= self.section["responses_per_prompt"]
+        size = len(self.train_problems)
+        out = []
+        for g in range(iteration * count, (iteration + 1) * count):
+            order = list(range(size))
+            random.Random(self.seed * 7 + g // size).shuffle(order)
+            out.append(self.train_problems[order[g % size]])
+        return out
+
+    def settings(self) -> PPOSettings:
+        return PPOSettings.from_config(self.section)
+
+    # --- held-out score and the best checkpoint --------------------------------------------
+    def evaluate(self, seed: int) -> dict[str, float]:
+        if not self.heldout:
+            return {"heldout_pass": 0.0, "heldout_reward": 0.0}
+        rows = self._rollouts(self.heldout, 1, 0.0, seed)
+        scores, _ = self.scorer(rows)
+        return {
+            "heldout_pass": sum(r["correct"] for r in rows) / len(rows),
+            "heldout_reward": sum(scores) / len(scores),
+        }
+
+    def start_iteration(self, iteration: int, fresh: bool) -> dict[str, float]:
+        if fresh and self.best_path.exists():
+            self.best_path.unlink()
+        info = self.evaluate(self.seed + 991)
+        self.keep_if_best(iteration, info)
+        return info
+
+    def keep_if_best(self, iteration: int, info: dict) -> None:
+        key = [info["heldout_pass"], info["heldout_reward"]]
+        if self.best_path.exists():
+            best = torch.load(self.best_path, weights_only=True)
+            if key <= best["key"]:
+                return
+        self.best_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.best_path.with_suffix(".tmp")
+        state = {k: v.clone() for k, v in self.model.policy.state_dict().items()}
+        torch.save({"key": key, "iteration": iteration, "state": state}, tmp)
+        os.replace(tmp, self.best_path)
+
+    # --- the buffer -------------------------------------------------------------------------
+    def fill_buffer(self, iteration: int, info: dict) -> dict[str, torch.Tensor]:
+        s = self.section
+        problems = self.iteration_prompts(iteration)
+        n = 1 if self.variant.filter.name == "ppo-s" else s["responses_per_prompt"]
+        rows = self._rollouts(problems, n, s["temperature"], self.seed + 1 + iteration)
+        scores, rm_passes = self.scorer(rows)
+        groups = [scores[p * n : (p + 1) * n] for p in range(len(problems))]
+        rng = random.Random(self.seed * 31 + iteration)
+        chosen = select(self.variant.filter, groups, rng)
+        if not chosen:  # a threshold nothing reached: fall back to each prompt's best
+            log.warning("iteration %d: the filter kept nothing; keeping each best", iteration)
+            chosen = select(FilterSpec("bon", draws=1), groups, rng)
+        flat = torch.tensor(scores)
+        normalised = normalise(flat) if s["normalise_rewards"] else flat
+        picked = [p * n + i for p, i in chosen]
+        info.update(
+            queries=float(len(problems)),
+            responses=float(len(rows)),
+            rm_passes=float(rm_passes),
+            buffer_rows=float(len(picked)),
+            reward_sampled=float(flat.mean()),
+            reward_buffer=float(flat[picked].mean()),
+        )
+        return self._tensors([rows[j]["messages"] for j in picked], normalised[picked])
+
+    @torch.no_grad()
+    def _tensors(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
+        s = self.section
+        chats = [tokenize_chat(self.tokenizer, m, s["max_length"]) for m in messages]
+        width = max(len(c.input_ids) for c in chats)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([c.input_ids + [pad] * (width - len(c.input_ids)) for c in chats])
+        attention = torch.tensor(
+            [[1] * len(c.input_ids) + [0] * (width - len(c.input_ids)) for c in chats]
+        )
+        mask = torch.tensor([c.loss_mask + [0] * (width - len(c.loss_mask)) for c in chats])
+        action = mask[:, 1:].float()
+        self.model.eval()
+        old_logps, old_values, ref_logps = [], [], []
+        for start in range(0, len(chats), s["batch_size"]):
+            part = slice(start, start + s["batch_size"])
+            logps, values = self.model(ids[part], attention[part])
+            old_logps.append(logps)
+            old_values.append(values)
+            ref = self.reference(input_ids=ids[part], attention_mask=attention[part]).logits
+            ref_logps.append(action_logps(ref, ids[part]))
+        self.model.train()
+        old_logps, old_values = torch.cat(old_logps), torch.cat(old_values)
+        ref_logps = torch.cat(ref_logps)
+        rewards = token_rewards(scores, old_logps, ref_logps, action, s["kl_beta"])
+        advantages, returns = gae(rewards, old_values * action, action, s["gamma"], s["lam"])
+        if s["normalise_advantages"]:
+            advantages = normalise(advantages, action)
+        return {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "action_mask": action,
+            "old_logps": old_logps * action,
+            "old_values": old_values * action,
+            "advantages": advantages,
+            "returns": returns,
+        }
+
+
+class _Objective(PPOObjective):
+    """PPOObjective that passes the batch's iteration info through to the loop's history."""
+
+    def __call__(self, model, batch):
+        info = batch.pop("info")
+        loss, stats = super().__call__(model, batch)
+        stats.update(info)
+        return loss, stats
+
+
+def iteration_summary(history: list[dict]) -> list[dict]:
+    """Per iteration: the counts summed over its steps, the rest from its first step."""
+    out: dict[int, dict] = {}
+    for h in history:
+        it = int(h["iteration"])
+        row = out.setdefault(it, {"iteration": it, **{k: h[k] for k in ITERATION_KEYS}})
+        for key in ("policy_passes", "critic_passes"):
+            row[key] = row.get(key, 0.0) + h[key]
+    return [out[k] for k in sorted(out)]
+
+
+def _fingerprint(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def run_ppo(
+    config: dict,
+    variant_name: str,
+    model_path: str,
+    reward_model: str | None,
+    problems_path: str,
+    out_dir: str,
+) -> dict:
+    """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest."""
+    section, seed = config["ppo"], config["seed"]
+    variant = find_variant(section, variant_name)
+    out = Path(out_dir)
+    inputs = [model_path, problems_path] + ([reward_model] if reward_model else [])
+    provenance = Provenance("ppo", {"ppo": section, "policy": config["policy"]}, inputs, seed)
+    problems = read_jsonl(problems_path, schema="problem")
+    if not problems:
+        raise ReasonRLError(f"{problems_path}: no problems to train on")
+    ckpt = out.parent / f".{out.name}.ckpt"
+    fingerprint = _fingerprint(variant_name, section, seed, provenance.hashes)
+    checkpoints = CheckpointStore(ckpt, fingerprint)
+    run = PPORun(config, variant, model_path, reward_model, problems, ckpt)
+    per = run.steps_per_iteration
+    settings = LoopSettings(
+        max_steps=section["iterations"] * per,
+        lr=section["policy_lr"],
+        max_grad_norm=section["max_grad_norm"],
+        checkpoint_every=per * section["checkpoint_iterations"],
+        log_every=per,
+        seed=seed,
+    )
+    result = train(run.model, PPOBatches(run), _Objective(run.settings()), settings, checkpoints)
+    final = run.evaluate(seed + 991)
+    run.keep_if_best(section["iterations"], final)
+    best = torch.load(run.best_path, weights_only=True)
+    run.model.policy.load_state_dict(best["state"])
+    history = result["history"]
+    iterations = iteration_summary(history)
+    metrics = {
+        "name": out.name,
+        "variant": variant.name,
+        "filter": variant.filter.name,
+        "label": variant.label,
+        "steps": len(history),
+        "steps_per_iteration": per,
+        "resumed_from": result["resumed_from"],
+        "final_loss": history[-1]["loss"],
+        "train_seconds": round(result["train_seconds"], 3),
+        "best_iteration": best["iteration"],
+        "best_heldout": {"pass": best["key"][0], "reward": best["key"][1]},
+        "final_heldout": final,
+        "compute": compute_totals(iterations),
+        "iterations": iterations,
+        "history": history,
+    }
+    save_trained_model(
+        out, run.model.policy, run.tokenizer, metrics, provenance, checkpoints,
+        summary={"best_iteration": best["iteration"], "compute": metrics["compute"]},
+    )  # fmt: skip
+    return metrics
+
+
+def compute_totals(iterations: list[dict]) -> dict[str, float]:
+    """Per-iteration means of the paper's Table 4 counts."""
+    keys = ("queries", "responses", "rm_passes", "policy_passes", "critic_passes")
+    n = max(1, len(iterations))
+    return {k: sum(it[k] for it in iterations) / n for k in keys}

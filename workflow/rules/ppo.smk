@@ -1,0 +1,103 @@
+# PPO / PF-PPO from the SFT policy on a code task (ppo section): R^2 of reward vs true score
+# per filtering strategy from SFT samples; one PPO run per variant (policies ppo-{name},
+# evaluated by the evaluate rule); the table of held-out pass@1 beside R^2 and compute.
+
+
+wildcard_constraints:
+    ppo_variant=ppo_variant_pattern(),
+
+
+rule ppo_r2:
+    input:
+        model=policy_model_input(PPO["policy"]),
+        reward_model=f"results/rm/{PPO['task']}/model-bt",
+        problems=f"results/data/{PPO['task']}/train.jsonl",
+    output:
+        table="results/ppo/r2/r2.json",
+        csv="results/ppo/r2/r2.csv",
+        markdown="results/ppo/r2/r2.md",
+        plot="results/ppo/r2/score_by_reward_bin.png",
+        samples="results/ppo/r2/samples.jsonl",
+        manifest="results/ppo/r2/manifest.json",
+    log:
+        "logs/ppo/r2.log",
+    benchmark:
+        "benchmarks/ppo/r2.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("ppo_r2")
+    threads: torch_threads
+    params:
+        config=config_json(
+            "ppo",
+            "policy",
+            "rollout",
+            "generation",
+            "sandbox",
+            "tasks",
+            task=PPO["task"],
+        ),
+        out_dir=subpath(output.manifest, parent=True),
+    shell:
+        "reasonrl ppo-r2 --config-json {params.config} --model {input.model:q}"
+        " --reward-model {input.reward_model:q} --problems {input.problems:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule ppo:
+    input:
+        model=policy_model_input(PPO["policy"]),
+        reward_model=ppo_reward_model(),
+        problems=f"results/data/{PPO['task']}/train.jsonl",
+    output:
+        directory("results/models/ppo-{ppo_variant}"),
+    log:
+        "logs/ppo/ppo-{ppo_variant}.log",
+    benchmark:
+        "benchmarks/ppo/ppo-{ppo_variant}.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("ppo")
+    threads: torch_threads
+    params:
+        config=config_json(
+            "ppo",
+            "policy",
+            "rollout",
+            "generation",
+            "sandbox",
+            "tasks",
+            task=PPO["task"],
+        ),
+        reward_model=ppo_reward_model_arg,
+    shell:
+        "reasonrl ppo --config-json {params.config} --variant {wildcards.ppo_variant}"
+        " --model {input.model:q} {params.reward_model} --problems {input.problems:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule ppo_table:
+    input:
+        sft=ppo_eval_metrics(PPO["policy"]),
+        evals=[ppo_eval_metrics(f"ppo-{name}") for name in ppo_variants()],
+        models=expand("results/models/ppo-{name}", name=ppo_variants()),
+        r2=rules.ppo_r2.output.table,
+    output:
+        csv="results/report/ppo/table.csv",
+        markdown="results/report/ppo/table.md",
+    log:
+        "logs/report/ppo.log",
+    benchmark:
+        "benchmarks/report/ppo.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("ppo_table")
+    params:
+        rows=ppo_table_rows,
+        out_dir=subpath(output.csv, parent=True),
+    shell:
+        "reasonrl ppo-table --sft-eval {input.sft:q} {params.rows} --r2 {input.r2:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
