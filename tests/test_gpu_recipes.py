@@ -44,7 +44,8 @@ def test_recipe_trains_and_evaluates_the_papers_hub_model_with_vllm(snakemake, n
     for argv in sft + evaluate:
         model = argv[argv.index("--model") + 1]
         assert model == hub_id or re.fullmatch(
-            r"results/models/(sft-(tool|cot)|mdpo-round\d|ppo-[a-z0-9.-]+)", model
+            r"results/models/(sft-(tool|cot)|mdpo-round\d|ppo-[a-z0-9.-]+|online-[a-z0-9.-]+)",
+            model,
         )
     assert any(argv[argv.index("--model") + 1] == hub_id for argv in sft)
     for argv in sft:
