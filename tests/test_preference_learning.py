@@ -29,9 +29,12 @@ from reasonrl.tasks import build_problems
 from reasonrl.training.sft import run_sft
 
 REPO = Path(__file__).resolve().parents[1]
+# test.yaml's problems and rollout caps, with config.yaml's policy size: the test-size policy
+# does not learn to copy numbers in any CI budget; this one reaches ~0.6 greedy pass@1.
 OVERRIDES = {
+    "policy": {"tiny": yaml.safe_load((REPO / "config/config.yaml").read_text())["policy"]["tiny"]},
     "tasks": {"arith": {"test_size": 100}},
-    "sft": {"max_steps": 300},
+    "sft": {"max_steps": 600, "batch_size": 16, "lr": 0.001},
     "evaluation": {"n_samples": 0},
 }
 
@@ -93,12 +96,13 @@ def learning_run(tmp_path_factory) -> dict:
     }
 
 
-# Measured (issue 4 closing note): at config/test.yaml's model size the SFT policy does not
-# learn to copy numbers within a CI budget (greedy pass@1 0.02-0.03 after 300 SFT steps, also
-# with one-step problems or a 128-wide model), so a round finds ~4 pairs among 288
-# trajectories and M-DPO equals SFT (0.02 vs 0.02). It needs a starting policy that solves a
-# fair share of the problems; until one fits the test budget this test is not run.
-@pytest.mark.skip(reason="no test-scale SFT policy competent enough for pairs; see comment")
+# Measured: with config/test.yaml's own policy size the SFT policy does not learn to copy
+# numbers in a CI budget (greedy pass@1 0.02-0.03 after 300 steps), so a round finds ~4 pairs.
+# With config.yaml's policy size (OVERRIDES above; 600 SFT steps, ~15 minutes of the test on a
+# loaded 2-core machine) SFT reaches 0.77 on 100 held-out problems and the round finds 22 pairs
+# among 32 prompts (coverage 0.69), but one M-DPO round gives 0.76: no gain at this scale.
+# Until a round shows a gain here, this test is not run.
+@pytest.mark.skip(reason="one M-DPO round at test scale does not beat SFT (0.76 vs 0.77)")
 @pytest.mark.learning
 def test_one_mdpo_round_improves_held_out_pass_at_1_over_sft(learning_run):
     assert learning_run["labels"]["pairs"] >= 10, "the round must find pairs to learn from"
