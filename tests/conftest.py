@@ -58,3 +58,14 @@ def test_run(snakemake, tmp_path_factory) -> Path:
     shutil.copytree(REPO / "config", workdir / "config")
     snakemake("--cores", "2", "--configfile", "config/test.yaml", cwd=workdir)
     return workdir
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one thread for a module's tests, restored after them."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -20,14 +20,8 @@ from reasonrl.training.ppo import (
     token_rewards,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Models this small run ~40x faster on one thread than on two contended cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Models this small run ~40x faster on one thread than on two contended cores.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def t(*rows):

@@ -29,13 +29,8 @@ from reasonrl.training.ppo_trainer import Scorer, run_ppo
 ROLLOUT = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Models this small run ~40x faster on one thread than on two contended cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Models this small run ~40x faster on one thread than on two contended cores.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _ascii_tokens(tokenizer) -> list[int]:
