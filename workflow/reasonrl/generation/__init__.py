@@ -1,4 +1,4 @@
-"""One generation interface, several engines (Hugging Face now; vLLM is chosen the same way)."""
+"""One generation interface, several engines: Hugging Face `generate` and vLLM."""
 
 from __future__ import annotations
 
@@ -43,4 +43,8 @@ def make_engine(kind: str, model_path: str, settings: dict, dtype: str = "float3
         from reasonrl.generation.hf import HFEngine
 
         return HFEngine.from_pretrained(model_path, batch_size=settings["batch_size"], dtype=dtype)
+    if kind == "vllm":
+        from reasonrl.generation.vllm_engine import VLLMEngine
+
+        return VLLMEngine.from_pretrained(model_path, settings, dtype=dtype)
     raise ReasonRLError(f"generation.engine '{kind}' is not available in this environment")
