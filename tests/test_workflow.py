@@ -112,6 +112,13 @@ def test_results_logs_and_benchmarks_mirror_each_other(snakemake):
 MODEL_STAGE_SECTIONS = ("policy", "rollout", "generation", "sandbox", "tasks")
 
 
+SHARED_PREFERENCE_PARTS = {
+    "augment_prompts": {"task", "prompts"},
+    "sample_round": {"task", "sampling"},
+    "label_preferences": {"task", "labelling"},
+}
+
+
 def test_each_stage_gets_only_its_config_sections(snakemake):
     expected = {
         "make_task_data": {"seed", "tasks"},
@@ -142,6 +149,9 @@ def test_each_stage_gets_only_its_config_sections(snakemake):
                 assert variants is None or [v["name"] for v in variants] == [
                     job["wildcards"].split("method=")[1].split(",")[0]
                 ]
+            if job["rule"] in SHARED_PREFERENCE_PARTS:
+                # Prompt making, sampling and labelling see none of the training settings.
+                assert set(config["preference"]) == SHARED_PREFERENCE_PARTS[job["rule"]]
             if "task=" in job.get("wildcards", "") and "tasks" in expected[job["rule"]]:
                 # A task's jobs see only that task, so editing another task reruns nothing here.
                 assert list(config["tasks"]) == [job["wildcards"].split("task=")[1]]
@@ -235,6 +245,20 @@ def test_config_change_reruns_only_the_stages_that_read_it(snakemake, test_run):
     (test_run / "config/changed.yaml").write_text(yaml.safe_dump(config))
     result = snakemake("-n", "--configfile", "config/changed.yaml", cwd=test_run)
     assert rule_counts(result) == {"evaluate": 4, "report": 1, "preference_table": 1, "all": 1}
+
+
+def test_preference_learning_rate_change_keeps_prompts_and_first_round_samples(
+    snakemake, test_run
+):
+    config = yaml.safe_load((test_run / "config/test.yaml").read_text())
+    config["preference"]["train"]["lr"] = 1.0e-5
+    (test_run / "config/changed.yaml").write_text(yaml.safe_dump(config))
+    jobs = dry_run_jobs(snakemake("-n", "--configfile", "config/changed.yaml", cwd=test_run))
+    rules = Counter(job["rule"] for job in jobs)
+    assert rules["preference_train"] >= 1 and "augment_prompts" not in rules
+    for job in jobs:
+        if job["rule"] in ("sample_round", "label_preferences"):
+            assert "round=1" not in job["wildcards"], job
 
 
 @pytest.mark.workflow

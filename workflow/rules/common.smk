@@ -213,11 +213,12 @@ def preference_config_json(method, *sections):
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
 
-def preference_shared_json(*sections):
-    """config_json of `sections` plus the preference settings every method shares (not the
-    variants), for the stages whose outputs the methods share."""
+def preference_shared_json(*sections, parts):
+    """config_json of `sections` plus the task and the preference `parts` a stage whose
+    outputs the methods share reads (never the variants or training settings, so a new
+    variant or learning rate does not rerun prompt making, sampling or labelling)."""
     reduced = json.loads(shlex.split(config_json(*sections))[0])
-    reduced["preference"] = {k: v for k, v in PREFERENCE.items() if k != "variants"}
+    reduced["preference"] = {k: PREFERENCE[k] for k in ("task", *parts)}
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
 

@@ -34,7 +34,7 @@ rule augment_prompts:
     container:
         rule_container("augment_prompts")
     params:
-        config=preference_shared_json("generation", "policy"),
+        config=preference_shared_json("generation", "policy", parts=["prompts"]),
         rounds=max_preference_round(),
         eval_sets=lambda wildcards, input: repeated_flag(
             "--eval-set",
@@ -68,7 +68,9 @@ rule sample_round:
         rule_container("sample_round")
     threads: torch_threads
     params:
-        config=preference_shared_json("rollout", "generation", "sandbox", "policy"),
+        config=preference_shared_json(
+            "rollout", "generation", "sandbox", "policy", parts=["sampling"]
+        ),
         samplers=sampler_args,
         out_dir=subpath(output.manifest, parent=True),
     shell:
@@ -94,7 +96,7 @@ rule label_preferences:
     container:
         rule_container("label_preferences")
     params:
-        config=preference_shared_json(),
+        config=preference_shared_json(parts=["labelling"]),
         out_dir=subpath(output.manifest, parent=True),
     shell:
         "reasonrl label-preferences --config-json {params.config} --samples {input.samples:q}"
