@@ -1,5 +1,11 @@
 """The shared training loop: packing, masked loss, checkpoints and exact resume."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,3 +171,26 @@ def test_on_step_sees_the_start_and_every_step_and_extends_its_history(tiny, tmp
     )
     assert calls == [(0, 0, True), (1, 0, True), (2, 1, True), (3, 2, True)]
     assert [h["pushed"] for h in result["history"]] == [1.0, 2.0, 3.0]
+
+
+def _torchrun(policy, out: Path, *crash_at: str) -> subprocess.CompletedProcess:
+    script = Path(__file__).parent / "data_parallel_train.py"
+    command = [Path(sys.executable).parent / "torchrun", "--standalone", "--nproc_per_node", "2"]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    command += [script, policy, out, *crash_at]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_two_processes_share_checkpoint_and_output_folders(tiny, tmp_path):
+    """Under accelerate launch the processes share the folders: only the main one makes,
+    publishes and prunes them (before, the second process's rename or rmtree failed)."""
+    out = tmp_path / "model"
+    crashed = _torchrun(tiny, out, "5")  # both processes stop in step 5; checkpoint at 4
+    assert crashed.returncode != 0 and not out.exists()
+    assert sorted(p.name for p in (tmp_path / ".model.ckpt").glob("step-*")) == ["step-4"]
+    done = _torchrun(tiny, out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["processes"], metrics["resumed_from"]) == (2, 4)
+    assert [h["step"] for h in metrics["history"]] == list(range(1, 7))
+    assert (out / "model.safetensors").exists() and not (tmp_path / ".model.ckpt").exists()

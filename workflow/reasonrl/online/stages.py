@@ -106,7 +106,10 @@ def run_online(
         **timing_summary(history),
         "history": history,
     }
-    save_trained_model(out, result["model"], tokenizer, metrics, provenance, checkpoints)
+    save_trained_model(
+        out, result["model"], tokenizer, metrics, provenance, checkpoints,
+        state_dict=result["state_dict"],
+    )  # fmt: skip
     store.clear()
     return metrics
 

@@ -313,7 +313,10 @@ def run_training(
         "train_seconds": round(result["train_seconds"], 3),
         "history": history,
     }
-    save_trained_model(out, result["model"], tokenizer, metrics, provenance, checkpoints)
+    save_trained_model(
+        out, result["model"], tokenizer, metrics, provenance, checkpoints,
+        state_dict=result["state_dict"],
+    )  # fmt: skip
     return metrics
 
 

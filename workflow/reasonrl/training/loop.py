@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
@@ -60,27 +60,38 @@ class CheckpointStore:
 
     def latest(self) -> Path | None:
         stamp = self.folder / "fingerprint"
-        if not stamp.exists():
-            return None
-        if stamp.read_text() != self.fingerprint:
-            log.warning("checkpoints in %s are from other inputs; starting afresh", self.folder)
-            shutil.rmtree(self.folder)
+        if not stamp.exists() or stamp.read_text() != self.fingerprint:
             return None
         steps = sorted(self.folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
         return steps[-1] if steps else None
 
     def save(self, accelerator: Accelerator, step: int, history: list[dict]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "fingerprint").write_text(self.fingerprint)
+        """Every process writes its part of the state (DeepSpeed shards, RNG states); only
+        the main process makes, publishes and prunes folders (under accelerate launch the
+        processes share the folder)."""
         tmp = self.folder / f".tmp-step-{step}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        if accelerator.is_main_process:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            (self.folder / "fingerprint").write_text(self.fingerprint)
+            if tmp.exists():
+                shutil.rmtree(tmp)
+        accelerator.wait_for_everyone()
         accelerator.save_state(str(tmp))
-        (tmp / "loop.json").write_text(json.dumps({"step": step, "history": history}))
-        os.replace(tmp, self.folder / f"step-{step}")
-        for old in self.folder.glob("step-*"):
-            if old.name != f"step-{step}":
-                shutil.rmtree(old)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (tmp / "loop.json").write_text(json.dumps({"step": step, "history": history}))
+            os.replace(tmp, self.folder / f"step-{step}")
+            for old in self.folder.glob("step-*"):
+                if old.name != f"step-{step}":
+                    shutil.rmtree(old)
+        accelerator.wait_for_everyone()
+
+    def discard_stale(self) -> None:
+        """Remove checkpoints stamped with other inputs."""
+        stamp = self.folder / "fingerprint"
+        if stamp.exists() and stamp.read_text() != self.fingerprint:
+            log.warning("checkpoints in %s are from other inputs; starting afresh", self.folder)
+            shutil.rmtree(self.folder)
 
     def clear(self) -> None:
         if self.folder.exists():
@@ -114,6 +125,9 @@ def train(
     )
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     step, history = 0, []
+    if accelerator.is_main_process:
+        checkpoints.discard_stale()
+    accelerator.wait_for_everyone()
     resume = checkpoints.latest()
     if resume is not None:
         accelerator.load_state(str(resume))
@@ -144,12 +158,23 @@ def train(
         if step % settings.checkpoint_every == 0 and step < settings.max_steps:
             checkpoints.save(accelerator, step, history)
     bar.close()
+    accelerator.wait_for_everyone()
     return {
         "history": history,
         "resumed_from": resumed_from,
         "train_seconds": time.perf_counter() - started,
         "model": accelerator.unwrap_model(model),
+        "state_dict": _gathered_state_dict(accelerator, model),
     }
+
+
+def _gathered_state_dict(accelerator: Accelerator, model) -> dict | None:
+    """The full weights where the processes hold only shards of them (DeepSpeed ZeRO-3;
+    every process must take part in gathering), else None: the unwrapped model has them."""
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is None or plugin.zero_stage != 3:
+        return None
+    return accelerator.get_state_dict(model)
 
 
 def micro_batch_index(
@@ -204,13 +229,17 @@ def save_trained_model(
     checkpoints: CheckpointStore,
     extra_json: dict[str, dict] | None = None,
     summary: dict | None = None,
+    state_dict: dict | None = None,
 ) -> None:
     """Write a trainer's output folder atomically (weights, tokenizer, `extra_json` files,
     metrics.json, the history as metrics.csv, the manifest with the final loss and
-    `summary`), then drop the run's resumable checkpoints."""
+    `summary`), then drop the run's resumable checkpoints. Under accelerate launch only the
+    main process writes; `state_dict` is train()'s gathered one where weights were sharded."""
+    if not PartialState().is_main_process:
+        return
 
     def save(tmp: Path) -> None:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         for name, data in (extra_json or {}).items():
             write_json(tmp / name, data)

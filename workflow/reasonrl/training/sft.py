@@ -99,7 +99,10 @@ def run_sft(
         "group_by_length": section["group_by_length"],
         "history": history,
     }
-    save_trained_model(out, result["model"], tokenizer, metrics, provenance, checkpoints)
+    save_trained_model(
+        out, result["model"], tokenizer, metrics, provenance, checkpoints,
+        state_dict=result["state_dict"],
+    )  # fmt: skip
     return metrics
 
 
