@@ -194,3 +194,20 @@ def test_two_processes_share_checkpoint_and_output_folders(tiny, tmp_path):
     assert (metrics["processes"], metrics["resumed_from"]) == (2, 4)
     assert [h["step"] for h in metrics["history"]] == list(range(1, 7))
     assert (out / "model.safetensors").exists() and not (tmp_path / ".model.ckpt").exists()
+
+
+def test_only_zero3_shards_are_gathered_for_saving():
+    from types import SimpleNamespace
+
+    from reasonrl.training.loop import _gathered_state_dict
+
+    def accelerator(plugin):
+        return SimpleNamespace(
+            state=SimpleNamespace(deepspeed_plugin=plugin), get_state_dict=lambda m: {"w": m}
+        )
+
+    model = object()
+    assert _gathered_state_dict(accelerator(None), model) is None
+    assert _gathered_state_dict(accelerator(SimpleNamespace(zero_stage=2)), model) is None
+    gathered = _gathered_state_dict(accelerator(SimpleNamespace(zero_stage=3)), model)
+    assert gathered == {"w": model}
