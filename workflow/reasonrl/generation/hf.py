@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from tqdm import tqdm
 
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.models import end_of_turn_ids, load_policy
+
+if TYPE_CHECKING:
+    from reasonrl.training.preference import MaskedSequence
 
 
 def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
@@ -31,6 +36,12 @@ class HFEngine:
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Replace the model's weights in place (the running engine keeps its tokenizer)."""
         self.model.load_state_dict(state_dict)
+
+    def sequence_logps(self, seqs: list[MaskedSequence]) -> list[float]:
+        """Summed log-probs of each sequence's masked tokens under the current weights."""
+        from reasonrl.training.preference import reference_logps
+
+        return reference_logps(self.model, seqs, self.tokenizer.pad_token_id)
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         # Longest prompts first so each batch pads little; results go back in prompt order.

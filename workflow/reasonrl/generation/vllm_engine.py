@@ -6,10 +6,14 @@ right text."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.models import end_of_turn_ids
+
+if TYPE_CHECKING:
+    from reasonrl.training.preference import MaskedSequence
 
 
 def _import_vllm():
@@ -28,6 +32,15 @@ def _finish_reason(finish: str | None, stop_reason: int | str | None) -> str:
         return "length"
     # vLLM's stop_reason is the stop string that matched, a stop token id, or None for EOS.
     return "stop" if isinstance(stop_reason, str) else "eos"
+
+
+def _masked_sum(seq: MaskedSequence, prompt_logprobs: list[dict | None]) -> float:
+    """Position i's entry holds the log-prob of token i given tokens < i (None at i = 0)."""
+    return sum(
+        prompt_logprobs[i][token].logprob
+        for i, (token, scored) in enumerate(zip(seq.input_ids, seq.mask, strict=True))
+        if scored and i > 0
+    )
 
 
 class VLLMEngine:
@@ -86,6 +99,15 @@ class VLLMEngine:
         ]
         outputs = self.llm.generate(requests, per_prompt, use_tqdm=len(prompts) > 1)
         return [self._completion(out.outputs[0]) for out in outputs]
+
+    def sequence_logps(self, seqs: list[MaskedSequence]) -> list[float]:
+        """Summed log-probs of each sequence's masked tokens under the running weights: one
+        prefill per sequence with vLLM's prompt log-probs (of the tokens as given)."""
+        vllm = _import_vllm()
+        params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        requests = [{"prompt_token_ids": list(s.input_ids)} for s in seqs]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return [_masked_sum(s, out.prompt_logprobs) for s, out in zip(seqs, outputs, strict=True)]
 
     @staticmethod
     def _completion(output) -> Completion:

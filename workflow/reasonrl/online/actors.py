@@ -169,7 +169,7 @@ def sample_round(engine, sandbox, spec: GeneratorSpec, round_no: int) -> list[di
     from reasonrl.generation import SamplingParams
     from reasonrl.rollout import RolloutLimits, run_rollouts
     from reasonrl.training.online import sample_reward
-    from reasonrl.training.preference import encode_trajectory, reference_logps
+    from reasonrl.training.preference import encode_trajectory
 
     config = spec.config
     section = config["online_dpo"]
@@ -192,7 +192,7 @@ def sample_round(engine, sandbox, spec: GeneratorSpec, round_no: int) -> list[di
         encode_trajectory(engine.tokenizer, row["messages"], True, section["max_length"])
         for row in rows
     ]
-    behaviour = reference_logps(engine.model, seqs, engine.tokenizer.pad_token_id)
+    behaviour = engine.sequence_logps(seqs)
     return [
         {
             "problem_id": row["problem_id"],
