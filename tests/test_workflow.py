@@ -247,9 +247,7 @@ def test_config_change_reruns_only_the_stages_that_read_it(snakemake, test_run):
     assert rule_counts(result) == {"evaluate": 4, "report": 1, "preference_table": 1, "all": 1}
 
 
-def test_preference_learning_rate_change_keeps_prompts_and_first_round_samples(
-    snakemake, test_run
-):
+def test_preference_learning_rate_change_keeps_prompts_and_first_round_samples(snakemake, test_run):
     config = yaml.safe_load((test_run / "config/test.yaml").read_text())
     config["preference"]["train"]["lr"] = 1.0e-5
     (test_run / "config/changed.yaml").write_text(yaml.safe_dump(config))
