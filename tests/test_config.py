@@ -112,6 +112,16 @@ def test_reduced_stage_config_does_not_check_sections_it_lacks():
     assert config["sft"]["tasks"] == ["arith"]  # a default, not a reference to check
 
 
+def test_sft_stage_config_may_name_tasks_it_is_not_given():
+    """The sft rule passes sft and policy only; tables.yaml's sft.tasks [arith, pycode]
+    failed there against the default tasks section (the task list is checked on the whole
+    config)."""
+    stage = json.dumps({"sft": {"tasks": ["arith", "pycode"]}, "policy": {}})
+    assert load_config(json_text=stage)["sft"]["tasks"] == ["arith", "pycode"]
+    with pytest.raises(ReasonRLError, match="'sft.tasks' names 'gsm8k'"):
+        load_config(json_text=json.dumps({"sft": {"tasks": ["gsm8k"]}, "tasks": {}}))
+
+
 def test_reward_model_tasks_must_be_configured_and_hgs_a_subset():
     with pytest.raises(ReasonRLError, match="'reward_models.tasks' names 'gsm8k'"):
         validate_config({"reward_models": {"tasks": ["gsm8k"]}}, "my.yaml")

@@ -46,9 +46,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"config key '{where or '<root>'}': {error.message}"
 
 
-def validate_config(raw: dict | None, source: str = "config") -> dict:
+def validate_config(raw: dict | None, source: str = "config", stage: bool = False) -> dict:
     """Validate a config dict against workflow/schemas/config.schema.yaml; return it with defaults.
 
+    `stage`: a rule's reduced config (--config-json), where a missing section is one the
+    stage does not read, not a default to check others against.
     Raises ReasonRLError with one line naming the offending key.
     """
     schema = load_schema("config")
@@ -62,7 +64,7 @@ def validate_config(raw: dict | None, source: str = "config") -> dict:
             raise ReasonRLError(f"{source}: config key 'tasks.{name}.min_ops' exceeds max_ops")
     # Only sections the input gives: a stage's reduced config leaves the others to defaults.
     for section in ("sft", "evaluation"):
-        if section not in (raw or {}):
+        if section not in (raw or {}) or (stage and "tasks" not in raw):
             continue
         for name in filled[section]["tasks"]:
             if name not in filled["tasks"]:
@@ -155,7 +157,7 @@ def load_config(path: str | Path | None = None, json_text: str | None = None) ->
             raw = json.loads(json_text)
         except json.JSONDecodeError as err:
             raise ReasonRLError(f"--config-json: malformed JSON: {err.msg}") from None
-        return validate_config(raw, "--config-json")
+        return validate_config(raw, "--config-json", stage=True)
     if path is None:
         return validate_config({})
     path = Path(path)
