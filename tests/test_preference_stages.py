@@ -111,3 +111,16 @@ def test_table_marks_selected_rounds_and_cis_above_sft(tmp_path):
     assert "| M-DPO round 2 | m-round2 | 0.8 | 0.7 | 0.9 | 100 | True | True |" in markdown
     assert json.loads(json.dumps(table))  # plain values, written as CSV too
     assert (tmp_path / "out/table.csv").is_file()
+
+
+def test_table_rows_keep_labels_with_equals_signs():
+    from reasonrl.cli import table_row
+
+    row = "M-DPO eta=0.5=mdpo-eta0.5-round1:results/eval/mdpo-eta0.5-round1/arith/metrics.json"
+    assert table_row(row, "LABEL=POLICY:METRICS") == (
+        "M-DPO eta=0.5",
+        "mdpo-eta0.5-round1",
+        "results/eval/mdpo-eta0.5-round1/arith/metrics.json",
+    )
+    with pytest.raises(ReasonRLError, match="--row expects LABEL=POLICY:METRICS"):
+        table_row("no separators", "LABEL=POLICY:METRICS")

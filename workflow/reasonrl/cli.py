@@ -214,16 +214,20 @@ def select_best(args: argparse.Namespace, config: dict) -> None:
     log.info("best by held-out selection accuracy: %s", result["best"])
 
 
+def table_row(item: str, form: str) -> tuple[str, str, str]:
+    """LABEL=NAME:PATH split from the right: labels may hold '=' and ':' (M-DPO eta=0.5);
+    names and paths do not."""
+    head, sep, path = item.rpartition(":")
+    label, eq, name = head.rpartition("=")
+    if not (sep and eq and label and name and path):
+        raise ReasonRLError(f"--row expects {form}, got '{item}'")
+    return label, name, path
+
+
 def preference_table(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.preference.stages import write_table
 
-    rows = []
-    for item in args.row:
-        label, _, rest = item.partition("=")
-        policy, sep, path = rest.partition(":")
-        if not sep:
-            raise ReasonRLError(f"--row expects LABEL=POLICY:METRICS, got '{item}'")
-        rows.append((label, policy, path))
+    rows = [table_row(item, "LABEL=POLICY:METRICS") for item in args.row]
     write_table(rows, args.best or [], args.out_dir)
 
 
@@ -246,13 +250,7 @@ def online_dpo(args: argparse.Namespace, config: dict) -> None:
 def online_dpo_table(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.online.stages import write_online_table
 
-    rows = []
-    for item in args.row:
-        label, _, rest = item.partition("=")
-        model, sep, path = rest.partition(":")
-        if not sep:
-            raise ReasonRLError(f"--row expects LABEL=MODEL:EVAL_METRICS, got '{item}'")
-        rows.append((label, model, path))
+    rows = [table_row(item, "LABEL=MODEL:EVAL_METRICS") for item in args.row]
     write_online_table(rows, args.out_dir)
 
 
