@@ -333,13 +333,7 @@ def ppo_r2(args: argparse.Namespace, config: dict) -> None:
 def ppo_table(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.training.ppo_stages import write_ppo_table
 
-    rows = []
-    for item in args.row:
-        name, sep, rest = item.partition("=")
-        metrics, sep2, model = rest.partition(":")
-        if not (sep and sep2):
-            raise ReasonRLError(f"--row expects NAME=EVAL_METRICS:MODEL_DIR, got '{item}'")
-        rows.append((name, metrics, model))
+    rows = [table_row(item, "NAME=EVAL_METRICS:MODEL_DIR") for item in args.row]
     write_ppo_table(args.sft_eval, rows, args.r2, args.out_dir)
 
 
