@@ -58,9 +58,12 @@ class CheckpointStore:
         self.folder = Path(folder)
         self.fingerprint = fingerprint
 
-    def latest(self) -> Path | None:
+    def _stamp(self) -> str | None:
         stamp = self.folder / "fingerprint"
-        if not stamp.exists() or stamp.read_text() != self.fingerprint:
+        return stamp.read_text() if stamp.exists() else None
+
+    def latest(self) -> Path | None:
+        if self._stamp() != self.fingerprint:
             return None
         steps = sorted(self.folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
         return steps[-1] if steps else None
@@ -88,8 +91,7 @@ class CheckpointStore:
 
     def discard_stale(self) -> None:
         """Remove checkpoints stamped with other inputs."""
-        stamp = self.folder / "fingerprint"
-        if stamp.exists() and stamp.read_text() != self.fingerprint:
+        if self._stamp() not in (None, self.fingerprint):
             log.warning("checkpoints in %s are from other inputs; starting afresh", self.folder)
             shutil.rmtree(self.folder)
 
