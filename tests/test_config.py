@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl.config import load_config, validate_config
+from reasonrl.config import load_config, sft_policies, validate_config
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import load_schema
 
@@ -85,6 +85,38 @@ def test_config_readme_documents_every_key_with_its_default():
         assert key in rows, f"config/README.md lacks {key}"
         expected = default if default == "required" else json.dumps(default)
         assert rows[key] == expected, f"config/README.md: {key} default {rows[key]} != {expected}"
+
+
+def test_sft_entries_name_policies_with_their_own_style_tasks_and_steps():
+    config = validate_config(
+        {
+            "tasks": {"arith": {"kind": "arith"}, "pycode": {"kind": "pycode"}},
+            "sft": {"variants": ["cot", {"name": "code", "tasks": ["pycode"], "max_steps": 9}]},
+        }
+    )
+    assert sft_policies(config) == {
+        "cot": {"style": "cot", "tasks": ["arith"], "max_steps": 800},
+        "code": {"style": "tool", "tasks": ["pycode"], "max_steps": 9},
+    }
+
+
+@pytest.mark.parametrize(
+    ("sft", "message"),
+    [
+        ({"variants": [{"name": "code", "tasks": ["gsm8k"]}]}, "'sft.variants.code.tasks' names"),
+        ({"variants": ["tool", {"name": "tool", "style": "cot"}]}, "'sft.variants' repeats 'tool'"),
+        ({"variants": [{"name": "Code"}]}, "config key 'sft.variants.0'"),
+    ],
+)
+def test_bad_sft_entries_are_named(sft, message):
+    with pytest.raises(ReasonRLError, match=message):
+        validate_config({"sft": sft}, "my.yaml")
+
+
+def test_reward_model_task_policies_must_name_reward_model_tasks():
+    raw = {"reward_models": {"tasks": ["arith"], "task_policies": {"pycode": "sft-code"}}}
+    with pytest.raises(ReasonRLError, match="'reward_models.task_policies' names 'pycode'"):
+        validate_config(raw, "my.yaml")
 
 
 def test_task_lists_must_name_configured_tasks():

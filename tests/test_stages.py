@@ -50,7 +50,7 @@ def workdir(tmp_path_factory) -> Path:
 
 def sft_args(root: Path, out: str) -> list[str]:
     return [
-        "sft", "--config", str(root / "config.yaml"), "--variant", "tool",
+        "sft", "--config", str(root / "config.yaml"), "--style", "tool",
         "--model", str(root / "base"), "--train", str(root / "data/train.jsonl"),
         "--out", str(root / out),
     ]  # fmt: skip

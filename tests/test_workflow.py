@@ -97,6 +97,31 @@ def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path)
     assert all(f"--model {HUB_ID} " in j["shell"] for j in jobs if j["rule"] == "sft")
 
 
+def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snakemake, tmp_path):
+    extra = tmp_path / "code.yaml"
+    extra.write_text(
+        "tasks: {arith: {kind: arith}, pycode: {kind: pycode}}\n"
+        "sft:\n  variants: [tool, {name: code, tasks: [pycode], max_steps: 7}]\n"
+        "reward_models: {tasks: [arith, pycode], task_policies: {pycode: sft-code}}\n"
+    )
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
+    sft = {job["wildcards"]: job for job in jobs if job["rule"] == "sft"}
+    assert set(sft) == {"variant=tool", "variant=code"}
+    code, tool = cli_config(sft["variant=code"]), cli_config(sft["variant=tool"])
+    assert (code["sft"]["tasks"], code["sft"]["max_steps"]) == (["pycode"], 7)
+    assert (tool["sft"]["tasks"], tool["sft"]["max_steps"]) == (["arith"], 800)
+    assert "results/data/pycode/train.jsonl" in sft["variant=code"]["input"]
+    assert "arith" not in sft["variant=code"]["input"]
+    # The other policy's entry is not in a policy's config: adding one reruns no other SFT.
+    assert "variants" not in tool["sft"]
+    rm_samples = {j["wildcards"]: j["input"] for j in jobs if j["rule"] == "sample_rm_data"}
+    assert "results/models/sft-code" in rm_samples["task=pycode"]
+    assert "results/models/sft-tool" in rm_samples["task=arith"]
+    evaluated = {j["wildcards"] for j in jobs if j["rule"] == "evaluate"}
+    assert "policy=sft-tool, task=arith" in evaluated
+    assert not any("policy=sft-code" in wildcards for wildcards in evaluated)  # arith only
+
+
 def test_results_logs_and_benchmarks_mirror_each_other(snakemake):
     for job in dry_run_jobs(snakemake("-n")):
         if job["rule"] == "all":

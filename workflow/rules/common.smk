@@ -13,6 +13,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from reasonrl.config import sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
 from reasonrl.errors import ReasonRLError
@@ -20,8 +21,8 @@ from reasonrl.errors import ReasonRLError
 
 wildcard_constraints:
     task=r"[^/]+",
-    variant=r"tool|cot",
-    policy=r"base|sft-(tool|cot)|[a-z][a-z0-9.-]*-round\d+|online-[a-z][a-z0-9.-]*|ppo-[a-z0-9.-]+",
+    variant=r"[a-z][a-z0-9]*",
+    policy=r"base|sft-[a-z][a-z0-9]*|[a-z][a-z0-9.-]*-round\d+|online-[a-z][a-z0-9.-]*|ppo-[a-z0-9.-]+",
 
 
 # Software of every rule (used with --software-deployment-method conda; the venv otherwise).
@@ -86,26 +87,59 @@ def model_arg(wildcards, input):
     return input.model or config["policy"]["base"]
 
 
+# SFT policy name (folder sft-{name}) -> its style, tasks and max_steps.
+SFT_POLICIES = sft_policies(config)
+
+
 def policy_style(policy):
-    """Solution style a policy is prompted with: the SFT variant, tool use for the base."""
-    return policy.removeprefix("sft-") if policy.startswith("sft-") else "tool"
+    """Solution style a policy is prompted with: its SFT policy's, tool use otherwise."""
+    name = policy.removeprefix("sft-")
+    return SFT_POLICIES[name]["style"] if name in SFT_POLICIES else "tool"
+
+
+def sft_config_json(wildcards):
+    """The sft stage's config: sft.tasks and sft.max_steps are this policy's own, so adding
+    or changing another SFT policy does not rerun it."""
+    settings = SFT_POLICIES[wildcards.variant]
+    section = {key: value for key, value in config["sft"].items() if key != "variants"}
+    section.update(tasks=settings["tasks"], max_steps=settings["max_steps"])
+    reduced = {"seed": config["seed"], "sft": section, "policy": config["policy"]}
+    return shlex.quote(json.dumps(reduced, sort_keys=True))
+
+
+def sft_train_files(wildcards):
+    return train_files(SFT_POLICIES[wildcards.variant]["tasks"])
 
 
 def evaluated_policies():
-    sft = [f"sft-{variant}" for variant in config["sft"]["variants"]]
+    sft = [f"sft-{name}" for name in SFT_POLICIES]
     return ["base", *sft, *preference_policies()]
 
 
+def evaluated_tasks(policy):
+    """evaluation.tasks, less those an SFT entry with its own task list does not learn: a
+    code policy beside the arith one is not scored on arith (a bare style, trained on
+    sft.tasks, is scored on every evaluation task, transfer included)."""
+    tasks = config["evaluation"]["tasks"]
+    own = {
+        e["name"]: e["tasks"]
+        for e in config["sft"]["variants"]
+        if isinstance(e, dict) and "tasks" in e
+    }
+    name = policy.removeprefix("sft-")
+    return [t for t in tasks if t in own[name]] if name in own else tasks
+
+
 def eval_metrics():
-    return expand(
-        "results/eval/{policy}/{task}/metrics.json",
-        policy=evaluated_policies(),
-        task=config["evaluation"]["tasks"],
-    )
+    return [
+        f"results/eval/{policy}/{task}/metrics.json"
+        for policy in evaluated_policies()
+        for task in evaluated_tasks(policy)
+    ]
 
 
 def sft_models():
-    return expand("results/models/sft-{variant}", variant=config["sft"]["variants"])
+    return expand("results/models/sft-{variant}", variant=list(SFT_POLICIES))
 
 
 def repeated_flag(flag, paths):
@@ -356,8 +390,12 @@ def rm_training_data(wildcards):
     return f"results/rm/{wildcards.task}/samples/samples.jsonl"
 
 
-def rm_policy_model():
-    return policy_model_input(config["reward_models"]["policy"])
+def rm_policy_model(wildcards):
+    """The SFT policy whose samples and weights a task's reward models start from."""
+    section = config["reward_models"]
+    return policy_model_input(
+        section["task_policies"].get(wildcards.task, section["policy"])
+    )
 
 
 def reward_model_targets():

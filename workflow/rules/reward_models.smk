@@ -9,7 +9,7 @@ wildcard_constraints:
 
 rule sample_rm_data:
     input:
-        model=rm_policy_model(),
+        model=rm_policy_model,
         problems="results/data/{task}/train.jsonl",
     output:
         samples="results/rm/{task}/samples/samples.jsonl",
@@ -42,7 +42,7 @@ rule sample_rm_data:
 
 rule annotate_prm:
     input:
-        model=rm_policy_model(),
+        model=rm_policy_model,
         problems="results/data/{task}/train.jsonl",
         samples="results/rm/{task}/samples/samples.jsonl",
     output:
@@ -102,7 +102,7 @@ rule mutate_code_prm:
 
 rule train_reward_model:
     input:
-        model=rm_policy_model(),
+        model=rm_policy_model,
         problems="results/data/{task}/train.jsonl",
         data=rm_training_data,
     output:
@@ -126,7 +126,7 @@ rule train_reward_model:
 
 rule best_of_n:
     input:
-        policy=rm_policy_model(),
+        policy=rm_policy_model,
         problems="results/data/{task}/test.jsonl",
         bt="results/rm/{task}/model-bt",
         orm="results/rm/{task}/model-orm",
@@ -167,7 +167,7 @@ rule best_of_n:
 
 rule hgs_search:
     input:
-        policy=rm_policy_model(),
+        policy=rm_policy_model,
         prm="results/rm/{task}/model-prm",
         problems="results/data/{task}/test.jsonl",
         scores="results/search/{task}/best-of-n/scores.jsonl",

@@ -1,12 +1,12 @@
-# Supervised fine-tuning of the base policy on gold solutions, one policy per style
-# (tool-integrated, CoT-only). Resumable checkpoints go to the undeclared
+# Supervised fine-tuning of the base policy on gold solutions, one policy per entry of
+# sft.variants (a solution style - tool-integrated, CoT-only - and its tasks). Resumable checkpoints go to the undeclared
 # results/models/.sft-{variant}.ckpt, so a killed job resumes when rerun.
 
 
 rule sft:
     input:
         model=policy_model_input("base"),
-        train=train_files(config["sft"]["tasks"]),
+        train=sft_train_files,
     output:
         directory("results/models/sft-{variant}"),
     log:
@@ -22,10 +22,11 @@ rule sft:
         rule_container("sft")
     threads: torch_threads
     params:
-        config=config_json("sft", "policy"),
+        config=sft_config_json,
+        style=lambda wildcards: SFT_POLICIES[wildcards.variant]["style"],
         model=model_arg,
         train=lambda wildcards, input: repeated_flag("--train", input.train),
         launch=launcher,
     shell:
-        "{params.launch} sft --config-json {params.config} --variant {wildcards.variant}"
+        "{params.launch} sft --config-json {params.config} --style {params.style}"
         " --model {params.model:q} {params.train} --out {output:q} > {log:q} 2>&1"

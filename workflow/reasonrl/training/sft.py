@@ -48,9 +48,9 @@ def sft_samples(tokenizer, problems: list[dict], style: str, max_length: int) ->
 
 
 def run_sft(
-    config: dict, variant: str, model_path: str, train_files: list[str], out_dir: str
+    config: dict, style: str, model_path: str, train_files: list[str], out_dir: str
 ) -> dict:
-    """Train on the gold `variant` solutions; write the HF folder, metrics and manifest."""
+    """Train on the gold solutions in `style`; write the HF folder, metrics and manifest."""
     section = config["sft"]
     out = Path(out_dir)
     provenance = Provenance(
@@ -61,9 +61,9 @@ def run_sft(
     )
     model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
     problems = [row for path in train_files for row in read_jsonl(path, schema="problem")]
-    samples = sft_samples(tokenizer, problems, variant, section["max_length"])
+    samples = sft_samples(tokenizer, problems, style, section["max_length"])
     if not samples:
-        raise ReasonRLError(f"{', '.join(train_files)}: no gold '{variant}' solutions to train on")
+        raise ReasonRLError(f"{', '.join(train_files)}: no gold '{style}' solutions to train on")
     batches = MicroBatches(
         samples,
         section["batch_size"],
@@ -74,7 +74,7 @@ def run_sft(
         section["group_by_length"],
     )
     fingerprint = hashlib.sha256(
-        json.dumps([section, variant, config["seed"], provenance.hashes], sort_keys=True).encode()
+        json.dumps([section, style, config["seed"], provenance.hashes], sort_keys=True).encode()
     ).hexdigest()
     checkpoints = CheckpointStore(out.parent / f".{out.name}.ckpt", fingerprint)
     result = train(
@@ -87,7 +87,7 @@ def run_sft(
     history = result["history"]
     metrics = {
         "name": out.name,
-        "variant": variant,
+        "style": style,
         "steps": len(history),
         "resumed_from": result["resumed_from"],
         "final_loss": history[-1]["loss"],
