@@ -62,9 +62,10 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     for name, task in filled["tasks"].items():
         if task["min_ops"] > task["max_ops"]:
             raise ReasonRLError(f"{source}: config key 'tasks.{name}.min_ops' exceeds max_ops")
-    # Only sections the input gives: a stage's reduced config leaves the others to defaults.
+    # Only sections the input gives, and not in a stage's config: it holds at most its own
+    # task (the workflow checked the whole config before it reduced it).
     for section in ("sft", "evaluation"):
-        if section not in (raw or {}) or (stage and "tasks" not in raw):
+        if section not in (raw or {}) or stage:
             continue
         lists = {f"{section}.tasks": filled[section]["tasks"]}
         if section == "sft":
@@ -81,7 +82,7 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     _check_sft(filled["sft"], source)
     given = {"tasks", "preference"} <= set(raw or {})
     _check_preference(filled["preference"], filled["tasks"], source, given)
-    _check_reward_models(raw or {}, filled, source)
+    _check_reward_models(raw or {}, filled, source, stage)
     _check_online(filled["online_dpo"], source)
     _check_ppo(raw or {}, filled, source)
     return filled
@@ -146,13 +147,14 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
         )
 
 
-def _check_reward_models(raw: dict, filled: dict, source: str) -> None:
-    """reward_models.tasks name configured tasks; HGS-PRM runs only where reward models do."""
+def _check_reward_models(raw: dict, filled: dict, source: str, stage: bool) -> None:
+    """reward_models.tasks name configured tasks (a stage's config holds only its own task);
+    HGS-PRM runs only where reward models do."""
     if "reward_models" not in raw:
         return
     section = filled["reward_models"]
     for name in section["tasks"]:
-        if name not in filled["tasks"]:
+        if not stage and name not in filled["tasks"]:
             raise ReasonRLError(
                 f"{source}: config key 'reward_models.tasks' names '{name}', "
                 "which is not under 'tasks'"
