@@ -65,10 +65,10 @@ def test_best_worst_drops_ties_and_rewards_penalise_truncation():
     choice = best_worst([0.0, 1.0, -1.0, 1.0])
     assert (choice.best, choice.worst, choice.margin) == (1, 2, 2.0)
     assert best_worst([1.0, 1.0]) is None
-    row = {"correct": False, "finish_reason": "turn_token_cap"}
-    assert sample_reward(row, 1.0) == -1.0
-    assert sample_reward({**row, "finish_reason": "eos"}, 1.0) == 0.0
-    assert sample_reward({"correct": True, "finish_reason": "answer"}, 1.0) == 1.0
+    assert sample_reward(0.0, "turn_token_cap", 1.0) == -1.0
+    assert sample_reward(0.25, "total_token_cap", 0.5) == -0.25
+    assert sample_reward(0.0, "eos", 1.0) == 0.0
+    assert sample_reward(1.0, "answer", 1.0) == 1.0
 
 
 def test_online_dpo_is_the_preference_modules_dpo_loss(tiny_policy):
@@ -228,6 +228,65 @@ def test_generator_updates_weights_without_restart(online_setup):
         for a, b in zip(first["rows"], second["rows"], strict=True)
     )
     assert not generator.process.is_alive()
+
+
+def _bt_reward_model(policy: Path, out: Path) -> Path:
+    """An (untrained) Bradley-Terry RM on the policy's trunk: scores vary with the text."""
+    from transformers import AutoModelForSequenceClassification
+
+    from reasonrl.models import load_tokenizer
+    from reasonrl.rewards.training import INFO_FILE
+
+    tokenizer = load_tokenizer(policy)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(policy, num_labels=1)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / INFO_FILE).write_text(json.dumps({"kind": "bt"}))
+    return out
+
+
+def test_generator_scores_samples_with_the_bt_reward_model(online_setup, tmp_path):
+    from reasonrl.chat import render
+    from reasonrl.models import load_policy
+    from reasonrl.rewards.scoring import bt_scores
+    from reasonrl.rewards.training import load_reward_model
+
+    config, folder = online_setup
+    rm = _bt_reward_model(folder / "policy", tmp_path / "rm")
+    section = {**config["online_dpo"], "loss": "dpo", "reward": "rm", "eos_penalty": 0.5}
+    spec = GeneratorSpec(
+        config={**config, "online_dpo": section},
+        model_path=str(folder / "policy"),
+        problems=_problems(folder),
+        style="tool",
+        schedule=Schedule(1, 1, asynchronous=False),
+        first_round=0,
+        threads=1,
+        reward_model=str(rm),
+    )
+    model, _ = load_policy(folder / "policy")
+    with GeneratorProcess(spec) as generator:
+        generator.push(0, model)
+        rows = generator.next_round()["rows"]
+    scorer, tokenizer, _ = load_reward_model(rm)
+    scores = bt_scores(scorer, tokenizer, [render(tokenizer, r["messages"]) for r in rows])
+    truncated = [r["finish_reason"] in ("turn_token_cap", "total_token_cap") for r in rows]
+    expected = [s - 0.5 * cut for s, cut in zip(scores, truncated, strict=True)]
+    assert [r["reward"] for r in rows] == pytest.approx(expected, abs=1e-4)
+    assert len({round(r["reward"], 4) for r in rows}) > 2  # RM scores, not 0/1 verdicts
+
+
+def test_rm_reward_without_a_reward_model_is_a_one_line_error(online_setup, tmp_path):
+    config, folder = online_setup
+    config = {**config, "online_dpo": {**config["online_dpo"], "reward": "rm"}}
+    with pytest.raises(ReasonRLError, match="online_dpo.reward 'rm' needs a reward model"):
+        run_online(
+            config, "sync", str(folder / "policy"), str(folder / "train.jsonl"), "tool", 1,
+            str(tmp_path / "out"),
+        )  # fmt: skip
+    assert not (tmp_path / "out").exists() and not _children()
 
 
 def _problems(folder: Path) -> list[dict]:

@@ -18,13 +18,14 @@ from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.models import load_policy, load_tokenizer
+from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rewards.training import INFO_FILE, PairBatches, bradley_terry_loss
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.tasks import build_problems, prompt_messages
 from reasonrl.training.loop import CheckpointStore, LoopSettings, train
 from reasonrl.training.ppo_stages import strategy_r2, write_ppo_table
-from reasonrl.training.ppo_trainer import Scorer, run_ppo
+from reasonrl.training.ppo_trainer import run_ppo
 
 ROLLOUT = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
 
@@ -190,7 +191,7 @@ def _mean_reward(policy_dir, reward_model, problems, seed) -> float:
         RolloutLimits(**ROLLOUT),
         Sandbox.from_config({}),
     )
-    scores = Scorer("rm", str(reward_model), "float32").rm(rows)
+    scores = SequenceScorer("rm", str(reward_model), "float32", "ppo.reward").rm(rows)
     return sum(scores) / len(scores)
 
 

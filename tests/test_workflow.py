@@ -122,6 +122,17 @@ def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snake
     assert not any("policy=sft-code" in wildcards for wildcards in evaluated)  # arith only
 
 
+def test_online_dpo_rewarded_by_the_bt_rm_takes_the_tasks_reward_model(snakemake, tmp_path):
+    extra = tmp_path / "rm.yaml"
+    extra.write_text(
+        "reward_models: {tasks: [arith]}\nonline_dpo: {reward: rm, variants: [{name: async}]}\n"
+    )
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
+    online = next(job for job in jobs if job["rule"] == "online_dpo")
+    assert "results/rm/arith/model-bt" in online["input"]
+    assert "--reward-model results/rm/arith/model-bt " in online["shell"]
+
+
 def test_results_logs_and_benchmarks_mirror_each_other(snakemake):
     for job in dry_run_jobs(snakemake("-n")):
         if job["rule"] == "all":

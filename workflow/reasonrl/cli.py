@@ -235,8 +235,9 @@ def online_dpo(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.online.stages import run_online
 
     metrics = run_online(
-        config, args.variant, args.model, args.train, args.style, args.threads, args.out
-    )
+        config, args.variant, args.model, args.train, args.style, args.threads, args.out,
+        args.reward_model,
+    )  # fmt: skip
     log.info(
         "%s: %d steps in %.1f s (gen %.1f s, train %.1f s)",
         args.out,
@@ -430,6 +431,7 @@ def _online_stages(stage) -> None:
     p.add_argument("--train", required=True, help="problems JSONL whose questions are prompts")
     p.add_argument("--style", choices=["tool", "cot"], default="tool")
     p.add_argument("--threads", type=int, default=1, help="cores (async: half each process)")
+    p.add_argument("--reward-model", help="BT-RM folder (online_dpo.reward rm or combined)")
     p.add_argument("--out", required=True)
     p = stage("online-dpo-table", online_dpo_table, "sync vs async table and reward/KL plots")
     p.add_argument("--row", action="append", required=True, help="LABEL=MODEL:EVAL_METRICS")

@@ -457,14 +457,14 @@ def ppo_variant_pattern():
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
-def ppo_reward_model():
-    """The BT-RM of the PPO task, unless PPO is rewarded by the verifier alone."""
-    if PPO["reward"] == "oracle":
+def bt_reward_model(section):
+    """The BT-RM of a section's task (PPO, online DPO), unless the verifier alone rewards."""
+    if section["reward"] == "oracle":
         return []
-    return f"results/rm/{PPO['task']}/model-bt"
+    return f"results/rm/{section['task']}/model-bt"
 
 
-def ppo_reward_model_arg(wildcards, input):
+def reward_model_arg(wildcards, input):
     return (
         f"--reward-model {shlex.quote(input.reward_model)}"
         if input.reward_model

@@ -11,6 +11,7 @@ rule online_dpo:
     input:
         model=f"results/models/{ONLINE['policy']}",
         train=f"results/data/{ONLINE['task']}/train.jsonl",
+        reward_model=bt_reward_model(ONLINE),
     output:
         model=directory("results/models/online-{online}"),
     log:
@@ -25,10 +26,11 @@ rule online_dpo:
     params:
         config=config_json("online_dpo", "generation", "rollout", "sandbox", "policy"),
         style=policy_style(ONLINE["policy"]),
+        reward_model=reward_model_arg,
     shell:
         "reasonrl online-dpo --config-json {params.config} --variant {wildcards.online}"
         " --model {input.model:q} --train {input.train:q} --style {params.style}"
-        " --threads {threads} --out {output.model:q} > {log:q} 2>&1"
+        " {params.reward_model} --threads {threads} --out {output.model:q} > {log:q} 2>&1"
 
 
 rule online_dpo_table:

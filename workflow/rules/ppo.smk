@@ -48,7 +48,7 @@ rule ppo_r2:
 rule ppo:
     input:
         model=policy_model_input(PPO["policy"]),
-        reward_model=ppo_reward_model(),
+        reward_model=bt_reward_model(PPO),
         problems=f"results/data/{PPO['task']}/train.jsonl",
     output:
         directory("results/models/ppo-{ppo_variant}"),
@@ -71,7 +71,7 @@ rule ppo:
             "tasks",
             task=PPO["task"],
         ),
-        reward_model=ppo_reward_model_arg,
+        reward_model=reward_model_arg,
     shell:
         "reasonrl ppo --config-json {params.config} --variant {wildcards.ppo_variant}"
         " --model {input.model:q} {params.reward_model} --problems {input.problems:q}"

@@ -73,6 +73,7 @@ class GeneratorSpec:
     schedule: Schedule
     first_round: int
     threads: int
+    reward_model: str | None = None
 
 
 def round_problems(spec: GeneratorSpec, round_no: int) -> list[dict]:
@@ -110,12 +111,14 @@ def generator_main(spec: GeneratorSpec, weights: queue.Queue, data: queue.Queue,
 
 def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
     from reasonrl.generation import make_engine
+    from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.sandbox import Sandbox
 
     config = spec.config
-    generation = config["generation"]
-    engine = make_engine(
-        generation["engine"], spec.model_path, generation, config["policy"]["dtype"]
+    generation, dtype = config["generation"], config["policy"]["dtype"]
+    engine = make_engine(generation["engine"], spec.model_path, generation, dtype)
+    scorer = SequenceScorer(
+        config["online_dpo"]["reward"], spec.reward_model, dtype, "online_dpo.reward"
     )
     sandbox = Sandbox.from_config(config["sandbox"])
     version = None
@@ -136,7 +139,7 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
             # Only after a resume: the weights of `need` are gone; the round says what it used.
             log.warning("round %d: sampling with version %d (wanted %d)", round_no, version, need)
         t0 = time.perf_counter()
-        rows = sample_round(engine, sandbox, spec, round_no)
+        rows = sample_round(engine, sandbox, scorer, spec, round_no)
         data.put(
             (
                 "round",
@@ -163,9 +166,10 @@ def _get(weights, stop):
     return None
 
 
-def sample_round(engine, sandbox, spec: GeneratorSpec, round_no: int) -> list[dict]:
-    """K tool-loop samples per prompt of the round (prompt-major), graded, with their
-    log-probs under the sampling policy (the denominator of Proximal RLOO's ratio)."""
+def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) -> list[dict]:
+    """K tool-loop samples per prompt of the round (prompt-major), graded and scored by
+    `scorer`, with their log-probs under the sampling policy (the denominator of Proximal
+    RLOO's ratio)."""
     from reasonrl.generation import SamplingParams
     from reasonrl.rollout import RolloutLimits, run_rollouts
     from reasonrl.training.online import sample_reward
@@ -193,16 +197,17 @@ def sample_round(engine, sandbox, spec: GeneratorSpec, round_no: int) -> list[di
         for row in rows
     ]
     behaviour = engine.sequence_logps(seqs)
+    scores, _ = scorer(rows)
     return [
         {
             "problem_id": row["problem_id"],
             "messages": row["messages"],
             "correct": row["correct"],
             "finish_reason": row["finish_reason"],
-            "reward": sample_reward(row, section["eos_penalty"]),
+            "reward": sample_reward(score, row["finish_reason"], section["eos_penalty"]),
             "behaviour_logp": logp,
         }
-        for row, logp in zip(rows, behaviour, strict=True)
+        for row, score, logp in zip(rows, scores, behaviour, strict=True)
     ]
 
 

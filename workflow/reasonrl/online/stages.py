@@ -39,21 +39,25 @@ def run_online(
     style: str,
     threads: int,
     out_dir: str,
+    reward_model: str | None = None,
 ) -> dict:
-    """Online training from `model_path` (the SFT policy, also the fixed reference); writes the
-    HF folder with per-step metrics (JSON + CSV) and the manifest."""
+    """Online training from `model_path` (the SFT policy, also the fixed reference), samples
+    scored per online_dpo.reward (`reward_model`: the BT-RM folder); writes the HF folder with
+    per-step metrics (JSON + CSV) and the manifest."""
     from reasonrl.models import load_policy
     from reasonrl.online.actors import GeneratorProcess, GeneratorSpec, Schedule
     from reasonrl.online.learner import OnlineBatches, RoundStore
+    from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
     from reasonrl.training.online import OnlineObjective
 
     variant = online_variant(config, variant_name)
     section = {**config["online_dpo"], **variant}
     sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
-    provenance = Provenance(
-        "online-dpo", {"online_dpo": section, **sections}, [model_path, train_path], config["seed"]
-    )
+    SequenceScorer.check(section["reward"], reward_model, "online_dpo.reward")
+    inputs = [model_path, train_path] + ([reward_model] if reward_model else [])
+    settings = {"online_dpo": section, **sections}
+    provenance = Provenance("online-dpo", settings, inputs, config["seed"])
     schedule = Schedule(section["steps"], section["off_policy"], section["mode"] == "async")
     # Generator and learner get half the cores each in both modes (sync: they take turns), so
     # the speedup measures the overlap alone. Sync with every thread in each phase was
@@ -75,6 +79,7 @@ def run_online(
         schedule=schedule,
         first_round=store.stored(),
         threads=per_process,
+        reward_model=reward_model,
     )
     model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
     reference, _ = load_policy(model_path, config["policy"]["dtype"])
@@ -99,6 +104,7 @@ def run_online(
         "variant": variant_name,
         "mode": section["mode"],
         "loss": section["loss"],
+        "reward": section["reward"],
         "off_policy": section["off_policy"],
         "steps": len(history),
         "resumed_from": result["resumed_from"],

@@ -7,8 +7,9 @@
   with a PPO-style clipped importance ratio pi(y|x) / pi_gen(y|x) to the policy that generated
   the sample, so off-policy samples are corrected and large steps are cut.
 
-Rewards come from the verifier (arith answer check), minus an EOS penalty for samples cut by a
-token cap (they never ended their turn).
+Rewards come from the verifier (arith answer check), the Bradley-Terry RM, or both combined
+(reasonrl.rewards.sequence), minus an EOS penalty for samples cut by a token cap (they never
+ended their turn).
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from reasonrl.training.preference import (
 TRUNCATED = ("turn_token_cap", "total_token_cap")
 
 
-def sample_reward(row: dict, eos_penalty: float) -> float:
-    """1 for a correct final answer, else 0; minus `eos_penalty` when a token cap cut it."""
-    return float(row["correct"]) - (eos_penalty if row["finish_reason"] in TRUNCATED else 0.0)
+def sample_reward(score: float, finish_reason: str, eos_penalty: float) -> float:
+    """The sample's score (verifier or BT-RM), minus `eos_penalty` when a token cap cut it."""
+    return score - (eos_penalty if finish_reason in TRUNCATED else 0.0)
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,11 @@ from reasonrl.io import (
 )
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
+from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.training.filtration import FilterSpec, r_squared, reward_bins, selection_probabilities
-from reasonrl.training.ppo_trainer import Scorer, Variant
+from reasonrl.training.ppo_trainer import Variant
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def strategy_r2(
         Sandbox.from_config(config["sandbox"]),
         Path(model).name,
     )
-    rewards = Scorer("rm", reward_model, config["policy"]["dtype"]).rm(rows)
+    rewards = SequenceScorer("rm", reward_model, config["policy"]["dtype"], "ppo.reward").rm(rows)
     groups = [rewards[p * n : (p + 1) * n] for p in range(len(problems))]
     correct = [float(r["correct"]) for r in rows]
     scores = [correct[p * n : (p + 1) * n] for p in range(len(problems))]

@@ -26,15 +26,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from reasonrl.chat import render, tokenize_chat
+from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import read_jsonl
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
-from reasonrl.rewards.scoring import bt_scores
-from reasonrl.rewards.training import load_reward_model
+from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.training.filtration import FilterSpec, select
@@ -50,8 +49,6 @@ from reasonrl.training.ppo import (
 )
 
 log = logging.getLogger(__name__)
-
-REWARDS = ("rm", "oracle", "combined")
 
 
 @dataclass(frozen=True)
@@ -91,40 +88,6 @@ def steps_per_iteration(variant: Variant, section: dict) -> int:
     return section["ppo_epochs"] * math.ceil(
         rows_per_iteration(variant, section) / section["batch_size"]
     )
-
-
-class Scorer:
-    """Sequence rewards: the BT-RM, the oracle verifier (1 pass / 0 fail) or both combined as
-    in Qwen-Math (sigmoid(0.5 * rm) + correct - 1), the paper's appendix B."""
-
-    def __init__(self, kind: str, reward_model: str | None, dtype: str):
-        if kind not in REWARDS:
-            raise ReasonRLError(f"unknown ppo.reward {kind!r} (expected one of {REWARDS})")
-        if kind != "oracle" and not reward_model:
-            raise ReasonRLError(f"ppo.reward {kind!r} needs a reward model (--reward-model)")
-        self.kind = kind
-        self.model = self.tokenizer = None
-        if kind != "oracle":
-            self.model, self.tokenizer, info = load_reward_model(reward_model, dtype)
-            if info["kind"] != "bt":
-                raise ReasonRLError(
-                    f"{reward_model}: PPO takes a Bradley-Terry RM, not '{info['kind']}'"
-                )
-
-    def rm(self, rows: list[dict]) -> list[float]:
-        texts = [render(self.tokenizer, r["messages"]) for r in rows]
-        return bt_scores(self.model, self.tokenizer, texts)
-
-    def __call__(self, rows: list[dict]) -> tuple[list[float], int]:
-        """(scores, reward-model passes)."""
-        oracle = [float(r["correct"]) for r in rows]
-        if self.kind == "oracle":
-            return oracle, 0
-        rm = self.rm(rows)
-        if self.kind == "rm":
-            return rm, len(rows)
-        combined = [1 / (1 + math.exp(-0.5 * s)) + o - 1 for s, o in zip(rm, oracle, strict=True)]
-        return combined, len(rows)
 
 
 class PPOBatches:
@@ -183,7 +146,7 @@ class PPORun:
         s = self.section
         self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"])
         self.reference = AutoModelForCausalLM.from_pretrained(sft).eval().requires_grad_(False)
-        self.scorer = Scorer(s["reward"], reward_model, dtype)
+        self.scorer = SequenceScorer(s["reward"], reward_model, dtype, "ppo.reward")
         held = s["heldout_prompts"]
         if len(problems) <= held:
             raise ReasonRLError(

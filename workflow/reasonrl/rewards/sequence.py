@@ -1,0 +1,55 @@
+"""Sequence rewards of sampled trajectories, shared by PPO and online DPO / Proximal RLOO.
+
+oracle: the verifier (1 when the answer or unit tests check out, else 0); rm: the scalar of a
+Bradley-Terry reward model; combined: sigmoid(0.5 * rm) + oracle - 1, as Qwen-Math combines
+them (the PF-PPO paper's appendix B).
+"""
+
+from __future__ import annotations
+
+import math
+
+from reasonrl.chat import render
+from reasonrl.errors import ReasonRLError
+from reasonrl.rewards.scoring import bt_scores
+from reasonrl.rewards.training import load_reward_model
+
+REWARDS = ("rm", "oracle", "combined")
+
+
+class SequenceScorer:
+    """Scores rows (with "messages" and "correct"); `key` names the config key in errors."""
+
+    def __init__(self, kind: str, reward_model: str | None, dtype: str, key: str):
+        self.check(kind, reward_model, key)
+        self.kind = kind
+        self.model = self.tokenizer = None
+        if kind != "oracle":
+            self.model, self.tokenizer, info = load_reward_model(reward_model, dtype)
+            if info["kind"] != "bt":
+                raise ReasonRLError(
+                    f"{reward_model}: {key} takes a Bradley-Terry RM, not '{info['kind']}'"
+                )
+
+    @staticmethod
+    def check(kind: str, reward_model: str | None, key: str) -> None:
+        """Raise the one-line error for an unknown kind or a missing reward model."""
+        if kind not in REWARDS:
+            raise ReasonRLError(f"unknown {key} {kind!r} (expected one of {REWARDS})")
+        if kind != "oracle" and not reward_model:
+            raise ReasonRLError(f"{key} {kind!r} needs a reward model (--reward-model)")
+
+    def rm(self, rows: list[dict]) -> list[float]:
+        texts = [render(self.tokenizer, r["messages"]) for r in rows]
+        return bt_scores(self.model, self.tokenizer, texts)
+
+    def __call__(self, rows: list[dict]) -> tuple[list[float], int]:
+        """(scores, reward-model passes)."""
+        oracle = [float(r["correct"]) for r in rows]
+        if self.kind == "oracle":
+            return oracle, 0
+        rm = self.rm(rows)
+        if self.kind == "rm":
+            return rm, len(rows)
+        combined = [1 / (1 + math.exp(-0.5 * s)) + o - 1 for s, o in zip(rm, oracle, strict=True)]
+        return combined, len(rows)
