@@ -87,6 +87,40 @@ def test_online_dpo_is_the_preference_modules_dpo_loss(tiny_policy):
     assert stats["reward"] == 0.5 and "reward_margin" in stats
 
 
+def test_token_logps_sum_to_the_sequence_logps(tiny_policy):
+    from reasonrl.generation.hf import HFEngine
+    from reasonrl.training.preference import MaskedSequence
+
+    engine = HFEngine.from_pretrained(str(tiny_policy), batch_size=4)
+    seqs = [MaskedSequence([5, 6, 7, 8, 9], [0, 1, 0, 1, 1]), MaskedSequence([5, 9], [1, 1])]
+    tokens = engine.token_logps(seqs)
+    assert [len(t) for t in tokens] == [3, 1]  # masked positions after the first
+    assert [sum(t) for t in tokens] == pytest.approx(engine.sequence_logps(seqs), abs=1e-5)
+
+
+def test_ppo_batch_puts_each_log_prob_on_its_action_and_the_ratio_uses_them(tiny_policy):
+    from reasonrl.models import load_policy
+    from reasonrl.training.online import online_ppo_loss, ppo_batch
+    from reasonrl.training.ppo import PolicyCritic, PPOSettings
+    from reasonrl.training.preference import MaskedSequence, token_logps
+
+    model, tokenizer = load_policy(tiny_policy)
+    seqs = [MaskedSequence([5, 6, 7, 8, 9], [0, 0, 1, 1, 0]), MaskedSequence([5, 9, 4], [0, 1, 1])]
+    pad = tokenizer.pad_token_id
+    own = token_logps(model, seqs, pad)
+    batch = ppo_batch(seqs, own, [[0.0] * len(t) for t in own], [1.0, 0.0], pad)
+    assert batch["action_mask"].tolist() == [[0, 1, 1, 0], [1, 1, 0, 0]]
+    assert batch["old_logps"][0, 1:3].tolist() == pytest.approx(own[0])
+    assert batch["old_logps"][1, 0:2].tolist() == pytest.approx(own[1])
+    assert batch["old_logps"][0, 0] == 0 and batch["old_logps"][0, 3] == 0
+    critic = PolicyCritic(model, "shared", 1e-3, 1e-3)
+    _, stats = online_ppo_loss(critic, batch, PPOSettings(kl_beta=0.05, clip_ratio=0.2))
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["clip_fraction"] == 0
+    stale = {**batch, "old_logps": batch["old_logps"] - batch["action_mask"]}  # ratios e
+    _, stats = online_ppo_loss(critic, stale, PPOSettings(kl_beta=0.05, clip_ratio=0.2))
+    assert stats["ratio_mean"] == pytest.approx(math.e, rel=1e-4)
+
+
 # ---- schedule ----------------------------------------------------------------------------------
 
 
@@ -120,6 +154,7 @@ SMALL = {
         {"name": "sync", "mode": "sync", "off_policy": 1},
         {"name": "async", "mode": "async", "off_policy": 2},
         {"name": "rloo", "mode": "async", "loss": "rloo", "off_policy": 1},
+        {"name": "ppo", "mode": "async", "loss": "ppo", "off_policy": 2},
     ],
 }
 
@@ -172,7 +207,7 @@ def _children() -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("name", ["sync", "rloo"])
+@pytest.mark.parametrize("name", ["sync", "rloo", "ppo"])
 def test_learner_data_carries_the_configured_lag(online_setup, name):
     config, folder = online_setup
     before = _children()
@@ -185,8 +220,16 @@ def test_learner_data_carries_the_configured_lag(online_setup, name):
     versions = [h["policy_version"] for h in metrics["history"]]
     assert versions == [schedule.generator_version(schedule.round_of(i)[0]) for i in range(4)]
     lags = [h["lag"] for h in metrics["history"]]
-    expected = {"sync": [0, 0, 0, 0], "rloo": [0, 1, 1, 1]}[name]
+    expected = {"sync": [0, 0, 0, 0], "rloo": [0, 1, 1, 1], "ppo": [0, 1, 2, 3]}[name]
     assert lags == expected
+    if name == "ppo":
+        # The old policy is the generator's: the first step is on-policy (ratio 1), the
+        # lagged ones are not; the saved model is the policy without the critic.
+        assert metrics["history"][0]["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+        assert all("value_loss" in h for h in metrics["history"])
+        from reasonrl.models import load_policy
+
+        load_policy(out)
     saved = read_json(out / "metrics.json")
     assert saved["steps"] == 4 and saved["mode"] == variant["mode"]
     assert (out / "metrics.csv").exists() and (out / "manifest.json").exists()

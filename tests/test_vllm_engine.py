@@ -92,6 +92,14 @@ def test_sequence_logps_equal_the_hf_engine(run):
     assert all(value < 0 for value in run["vllm_logps"])
 
 
+def test_token_logps_equal_the_hf_engine(run):
+    """Online PPO's per-token behaviour log-probs."""
+    hf, vllm = run["hf_token_logps"], run["vllm_token_logps"]
+    assert [len(t) for t in vllm] == [len(t) for t in hf]
+    for ours, theirs in zip(vllm, hf, strict=True):
+        assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-3)
+
+
 def test_reloaded_weights_generate_as_the_hf_engine_with_them(run):
     assert run["vllm_reloaded"] == run["hf_reloaded"]
     assert run["vllm_reloaded"] != run["vllm_greedy"]

@@ -55,6 +55,8 @@ def main(policy: str) -> dict:
     ]
     result["hf_logps"] = hf.sequence_logps(seqs)
     result["vllm_logps"] = vllm.sequence_logps(seqs)
+    result["hf_token_logps"] = hf.token_logps(seqs)
+    result["vllm_token_logps"] = vllm.token_logps(seqs)
     torch.manual_seed(1)
     state = {k: v + 0.05 * torch.randn_like(v) for k, v in hf.model.state_dict().items()}
     hf.load_weights(state)

@@ -43,6 +43,12 @@ class HFEngine:
 
         return reference_logps(self.model, seqs, self.tokenizer.pad_token_id)
 
+    def token_logps(self, seqs: list[MaskedSequence]) -> list[list[float]]:
+        """Log-prob of each masked token (after the first position) under the current weights."""
+        from reasonrl.training.preference import token_logps
+
+        return token_logps(self.model, seqs, self.tokenizer.pad_token_id)
+
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         # Longest prompts first so each batch pads little; results go back in prompt order.
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))

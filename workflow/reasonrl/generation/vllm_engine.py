@@ -34,13 +34,13 @@ def _finish_reason(finish: str | None, stop_reason: int | str | None) -> str:
     return "stop" if isinstance(stop_reason, str) else "eos"
 
 
-def _masked_sum(seq: MaskedSequence, prompt_logprobs: list[dict | None]) -> float:
+def _masked_values(seq: MaskedSequence, prompt_logprobs: list[dict | None]) -> list[float]:
     """Position i's entry holds the log-prob of token i given tokens < i (None at i = 0)."""
-    return sum(
+    return [
         prompt_logprobs[i][token].logprob
         for i, (token, scored) in enumerate(zip(seq.input_ids, seq.mask, strict=True))
         if scored and i > 0
-    )
+    ]
 
 
 class VLLMEngine:
@@ -101,13 +101,19 @@ class VLLMEngine:
         return [self._completion(out.outputs[0]) for out in outputs]
 
     def sequence_logps(self, seqs: list[MaskedSequence]) -> list[float]:
-        """Summed log-probs of each sequence's masked tokens under the running weights: one
-        prefill per sequence with vLLM's prompt log-probs (of the tokens as given)."""
+        """Summed log-probs of each sequence's masked tokens under the running weights."""
+        return [sum(values) for values in self.token_logps(seqs)]
+
+    def token_logps(self, seqs: list[MaskedSequence]) -> list[list[float]]:
+        """Log-prob of each masked token (after the first position): one prefill per sequence
+        with vLLM's prompt log-probs (of the tokens as given)."""
         vllm = _import_vllm()
         params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
         requests = [{"prompt_token_ids": list(s.input_ids)} for s in seqs]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        return [_masked_sum(s, out.prompt_logprobs) for s, out in zip(seqs, outputs, strict=True)]
+        return [
+            _masked_values(s, out.prompt_logprobs) for s, out in zip(seqs, outputs, strict=True)
+        ]
 
     @staticmethod
     def _completion(output) -> Completion:

@@ -196,9 +196,11 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
         encode_trajectory(engine.tokenizer, row["messages"], True, section["max_length"])
         for row in rows
     ]
-    behaviour = engine.sequence_logps(seqs)
+    # PPO's ratio and KL penalty are per token; the other losses need sequence sums only.
+    per_token = engine.token_logps(seqs) if section["loss"] == "ppo" else None
+    behaviour = [sum(t) for t in per_token] if per_token else engine.sequence_logps(seqs)
     scores, _ = scorer(rows)
-    return [
+    out = [
         {
             "problem_id": row["problem_id"],
             "messages": row["messages"],
@@ -209,6 +211,9 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
         }
         for row, score, logp in zip(rows, scores, behaviour, strict=True)
     ]
+    for row, tokens in zip(out, per_token or [], strict=False):
+        row["behaviour_token_logps"] = tokens
+    return out
 
 
 class GeneratorProcess:

@@ -1,4 +1,4 @@
-"""The learner side of online DPO / Proximal RLOO: rounds -> micro-batches -> the shared loop.
+"""The learner side of online DPO / Proximal RLOO / PPO: rounds -> micro-batches -> the shared loop.
 
 Micro-batch i is mini-batch i % N of round i // N. Rounds arrive from the generator and are
 also written to a rounds folder next to the checkpoints, so a resumed run replays the rounds
@@ -16,8 +16,9 @@ import torch
 
 from reasonrl.io import read_json, write_json
 from reasonrl.online.actors import GeneratorProcess, Schedule
-from reasonrl.training.online import best_worst, dpo_batch, rloo_batch
-from reasonrl.training.preference import encode_trajectory, reference_logps
+from reasonrl.training.online import best_worst, dpo_batch, ppo_batch, rloo_batch
+from reasonrl.training.ppo import PolicyCritic
+from reasonrl.training.preference import encode_trajectory, reference_logps, token_logps
 
 
 class RoundStore:
@@ -104,7 +105,12 @@ class OnlineBatches:
             encode_trajectory(self.tokenizer, row["messages"], True, self.section["max_length"])
             for row in rows
         ]
-        ref = reference_logps(self.reference_model, seqs, self.tokenizer.pad_token_id)
+        pad = self.tokenizer.pad_token_id
+        if self.section["loss"] == "ppo":
+            ref_tokens = token_logps(self.reference_model, seqs, pad)
+            ref = [sum(values) for values in ref_tokens]
+        else:
+            ref = reference_logps(self.reference_model, seqs, pad)
         rewards = [row["reward"] for row in rows]
         behaviour = [row["behaviour_logp"] for row in rows]
         pairs, margins, ties = [], [], 0
@@ -115,9 +121,11 @@ class OnlineBatches:
                 continue
             pairs.append((start + choice.best, start + choice.worst))
             margins.append(choice.margin)
-        pad = self.tokenizer.pad_token_id
         if self.section["loss"] == "dpo":
             batch = dpo_batch(seqs, ref, pairs, pad)
+        elif self.section["loss"] == "ppo":
+            old = [row["behaviour_token_logps"] for row in rows]
+            batch = ppo_batch(seqs, old, ref_tokens, rewards, pad)
         else:
             batch = rloo_batch(seqs, ref, behaviour, rewards, pad)
         tokens = sum(sum(s.mask) for s in seqs)
@@ -147,6 +155,8 @@ class OnlineBatches:
     def on_step(self, step: int, model: torch.nn.Module, history: list[dict]) -> dict | None:
         """Push the weights a later round samples with; stamp the step's wall-clock."""
         t0 = time.perf_counter()
+        if isinstance(model, PolicyCritic):
+            model = model.policy  # the generator samples with the policy, not the critic
         if not self.pushed_once:
             # The start (or the resumed step): the generator begins with these weights.
             self.pushed_once = True

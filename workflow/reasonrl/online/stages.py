@@ -50,6 +50,7 @@ def run_online(
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
     from reasonrl.training.online import OnlineObjective
+    from reasonrl.training.ppo import PolicyCritic
 
     variant = online_variant(config, variant_name)
     section = {**config["online_dpo"], **variant}
@@ -82,6 +83,9 @@ def run_online(
         reward_model=reward_model,
     )
     model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
+    if section["loss"] == "ppo":
+        # The critic's value head on the policy's trunk: the learner holds no third model.
+        model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
     reference, _ = load_policy(model_path, config["policy"]["dtype"])
     reference.requires_grad_(False)
     settings = LoopSettings.from_config(
@@ -112,10 +116,14 @@ def run_online(
         **timing_summary(history),
         "history": history,
     }
-    save_trained_model(
-        out, result["model"], tokenizer, metrics, provenance, checkpoints,
-        state_dict=result["state_dict"],
-    )  # fmt: skip
+    trained = result["model"]
+    if isinstance(trained, PolicyCritic):
+        save_trained_model(out, trained.policy, tokenizer, metrics, provenance, checkpoints)
+    else:
+        save_trained_model(
+            out, trained, tokenizer, metrics, provenance, checkpoints,
+            state_dict=result["state_dict"],
+        )  # fmt: skip
     store.clear()
     return metrics
 

@@ -3,6 +3,9 @@
 - Online DPO: per prompt, the best and the worst of K samples by reward make the pair (ties
   dropped and counted); the loss is the DPO loss of reasonrl.training.preference against a
   reference fixed at the SFT policy, log-probs summed over the model's own turns (M-DPO masks).
+- PPO: policy plus a critic (value head on the policy's trunk), per-token KL penalty to the
+  SFT policy, GAE, clipped surrogate with the generating policy as the old one, one epoch per
+  mini-batch (the paper's setting), from reasonrl.training.ppo.
 - Proximal RLOO (paper, appendix B): RLOO's leave-one-out advantage of the KL-penalised reward,
   with a PPO-style clipped importance ratio pi(y|x) / pi_gen(y|x) to the policy that generated
   the sample, so off-policy samples are corrected and large steps are cut.
@@ -19,6 +22,16 @@ from dataclasses import dataclass
 import torch
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.training.ppo import (
+    PolicyCritic,
+    PPOSettings,
+    clipped_policy_loss,
+    clipped_value_loss,
+    gae,
+    masked_mean,
+    normalise,
+    token_rewards,
+)
 from reasonrl.training.preference import (
     LossSettings,
     MaskedSequence,
@@ -84,9 +97,42 @@ def proximal_rloo_loss(
     return loss, stats
 
 
+def online_ppo_loss(
+    model: PolicyCritic, batch: dict, settings: PPOSettings
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO on one mini-batch of generated samples, the old policy being the one that generated
+    them (so the ratio corrects the learner's lag behind the generator):
+
+    r_t = -beta (log pi_gen - log pi_sft) on each action, + the sequence reward on the last;
+    advantages by GAE over the action tokens with the critic's values, whitened;
+    loss = clipped surrogate + value_coef * clipped value loss (PPO's, reasonrl.training.ppo).
+    """
+    logps, values = model(batch["input_ids"], batch["attention_mask"])
+    mask = batch["action_mask"].to(logps.dtype)
+    old_values = values.detach()
+    rewards = token_rewards(
+        batch["scores"], batch["old_logps"], batch["ref_token_logps"], mask, settings.kl_beta
+    )
+    advantages, returns = gae(rewards, old_values, mask, settings.gamma, settings.lam)
+    advantages = normalise(advantages, mask)
+    policy_loss, clip_fraction = clipped_policy_loss(
+        logps, batch["old_logps"], advantages, mask, settings.clip_ratio
+    )
+    value_loss = clipped_value_loss(values, old_values, returns, mask, settings.value_clip)
+    stats = {
+        "policy_loss": float(policy_loss.detach()),
+        "value_loss": float(value_loss.detach()),
+        "clip_fraction": float(clip_fraction),
+        "ratio_mean": float(masked_mean(torch.exp(logps.detach() - batch["old_logps"]), mask)),
+        "tokens": float(batch["attention_mask"].sum()),
+    }
+    return policy_loss + settings.value_coef * value_loss, stats
+
+
 class OnlineObjective:
     """loss_fn(model, batch) for the shared loop: "dpo" (best/worst pairs, PreferenceObjective
-    with M-DPO masks and cached SFT reference log-probs) or "rloo" (Proximal RLOO).
+    with M-DPO masks and cached SFT reference log-probs), "rloo" (Proximal RLOO) or "ppo"
+    (the model a PolicyCritic; one PPO epoch per mini-batch, as in the paper).
 
     A batch carries its step metrics (reward, KL, policy version ...) in batch["metrics"];
     they are passed through to the loop's history. A DPO batch without a pair (every prompt
@@ -99,6 +145,7 @@ class OnlineObjective:
         self.clip = clip
         self.k = k
         self.dpo = PreferenceObjective(LossSettings(name="mdpo", eta=beta))
+        self.ppo = PPOSettings(kl_beta=beta, clip_ratio=clip)
 
     def __call__(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         metrics = dict(batch["metrics"])
@@ -106,6 +153,8 @@ class OnlineObjective:
             return torch.zeros((), requires_grad=True), {"tokens": 0.0, **metrics}
         if self.loss == "dpo":
             loss, stats = self.dpo(model, batch)
+        elif self.loss == "ppo":
+            loss, stats = online_ppo_loss(model, batch, self.ppo)
         else:
             logps, _ = sequence_logps(model, batch)
             loss, stats = proximal_rloo_loss(
@@ -131,6 +180,31 @@ def dpo_batch(
     order = [c for c, _ in pairs] + [r for _, r in pairs]
     batch = pad_sequences([seqs[i] for i in order], pad_id)
     batch["ref_logps"] = torch.tensor([ref_logps[i] for i in order], dtype=torch.float32)
+    return batch
+
+
+def ppo_batch(
+    seqs: list[MaskedSequence],
+    behaviour_tokens: list[list[float]],
+    ref_tokens: list[list[float]],
+    rewards: list[float],
+    pad_id: int,
+) -> dict:
+    """Padded rows with the shifted action mask (the model's own tokens), the generating
+    policy's and the SFT reference's log-prob of each action, and the sequence rewards."""
+    batch = pad_sequences(seqs, pad_id)
+    action = batch["score_mask"][:, 1:].bool()
+    old = torch.zeros(action.shape)
+    ref = torch.zeros(action.shape)
+    for i, (gen, sft) in enumerate(zip(behaviour_tokens, ref_tokens, strict=True)):
+        old[i, action[i]] = torch.tensor(gen, dtype=torch.float32)
+        ref[i, action[i]] = torch.tensor(sft, dtype=torch.float32)
+    batch.update(
+        action_mask=action.long(),
+        old_logps=old,
+        ref_token_logps=ref,
+        scores=torch.tensor(rewards, dtype=torch.float32),
+    )
     return batch
 
 

@@ -262,6 +262,26 @@ class PreferenceBatches:
 
 
 @torch.no_grad()
+@torch.inference_mode()
+def token_logps(
+    model: torch.nn.Module, seqs: list[MaskedSequence], pad_id: int, batch_size: int = 16
+) -> list[list[float]]:
+    """log pi(token | prefix) of each scored token (mask 1, after the first position) of each
+    sequence, in order: per-token log-probs for PPO's ratio and KL penalty."""
+    model.eval()
+    values: list[list[float]] = []
+    for start in range(0, len(seqs), batch_size):
+        batch = pad_sequences(seqs[start : start + batch_size], pad_id)
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+        ).logits[:, :-1]
+        targets = batch["input_ids"][:, 1:].unsqueeze(-1)
+        logps = torch.gather(logits.float().log_softmax(-1), 2, targets).squeeze(-1)
+        mask = batch["score_mask"][:, 1:].bool()
+        values.extend(row[keep].tolist() for row, keep in zip(logps, mask, strict=True))
+    return values
+
+
 def reference_logps(
     model: torch.nn.Module, seqs: list[MaskedSequence], pad_id: int, batch_size: int = 16
 ) -> list[float]:
