@@ -231,7 +231,12 @@ def test_ppo_table_puts_pass_at_1_ci_beside_r2(tmp_path):
     compute = {"queries": 4, "responses": 20, "rm_passes": 20, "policy_passes": 8}
     write_json(
         model / "metrics.json",
-        {"label": "PF-PPO (BR)", "compute": {**compute, "critic_passes": 8}, "best_iteration": 2},
+        {
+            "label": "PF-PPO (BR)",
+            "compute": {**compute, "critic_passes": 8},
+            "best_iteration": 2,
+            "final_heldout": {"heldout_pass": 0.25, "heldout_reward": 1.23456},
+        },
     )
     r2 = tmp_path / "r2.json"
     strategies = [{"strategy": "unfiltered", "r2": 0.5}, {"strategy": "br", "r2": 0.9}]
@@ -244,6 +249,8 @@ def test_ppo_table_puts_pass_at_1_ci_beside_r2(tmp_path):
         ("PF-PPO (BR)", 0.4, 0.9),
     ]
     assert rows[1]["policy_passes/iter"] == 8 and rows[1]["ci_low"] == 0.1
+    assert (rows[1]["final_heldout_pass"], rows[1]["final_heldout_reward"]) == (0.25, 1.2346)
+    assert rows[0]["final_heldout_pass"] is None
     assert "| PF-PPO (BR) | 0.4 |" in (tmp_path / "table.md").read_text()
 
 

@@ -60,8 +60,9 @@ def greedy_pass_at_1(config: dict, model: Path, problems: list[dict]) -> float:
 
 
 @pytest.fixture(scope="module")
-def learning_run(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("mdpo-learning")
+def sft_run(tmp_path_factory) -> dict:
+    """The SFT tool policy both learning tests start from, with its held-out pass@1."""
+    root = tmp_path_factory.mktemp("learning")
     config = learning_config()
     train, test = build_problems("arith", config["tasks"]["arith"], config["seed"])
     write_jsonl(root / "train.jsonl", train, schema="problem")
@@ -73,6 +74,18 @@ def learning_run(tmp_path_factory) -> dict:
         root / "base",
     )
     run_sft(config, "tool", str(root / "base"), [str(root / "train.jsonl")], str(root / "sft"))
+    problems = read_jsonl(root / "test.jsonl", schema="problem")
+    return {
+        "root": root,
+        "config": config,
+        "problems": problems,
+        "sft": greedy_pass_at_1(config, root / "sft", problems),
+    }
+
+
+@pytest.fixture(scope="module")
+def learning_run(sft_run) -> dict:
+    root, config = sft_run["root"], sft_run["config"]
     run_augment(
         config, "arith", str(root / "train.jsonl"), {"arith": str(root / "test.jsonl")}, 1,
         str(root / "prompts"),
@@ -88,11 +101,10 @@ def learning_run(tmp_path_factory) -> dict:
         config, "mdpo", str(root / "sft"), str(root / "labels"), str(root / "ref.jsonl"),
         str(root / "mdpo-round1"),
     )  # fmt: skip
-    problems = read_jsonl(root / "test.jsonl", schema="problem")
     return {
         "labels": labels,
-        "sft": greedy_pass_at_1(config, root / "sft", problems),
-        "mdpo": greedy_pass_at_1(config, root / "mdpo-round1", problems),
+        "sft": sft_run["sft"],
+        "mdpo": greedy_pass_at_1(config, root / "mdpo-round1", sft_run["problems"]),
     }
 
 
@@ -107,3 +119,24 @@ def learning_run(tmp_path_factory) -> dict:
 def test_one_mdpo_round_improves_held_out_pass_at_1_over_sft(learning_run):
     assert learning_run["labels"]["pairs"] >= 10, "the round must find pairs to learn from"
     assert learning_run["mdpo"] > learning_run["sft"]
+
+
+# Online DPO (asynchronous RLHF paper) from the same SFT policy: fresh samples every step,
+# best vs worst of K by the verifier, the SFT policy as the fixed reference, async mode.
+ONLINE = {"steps": 16, "prompts_per_step": 8, "samples_per_prompt": 4}
+
+
+@pytest.mark.learning
+def test_online_dpo_raises_held_out_pass_at_1_over_sft(sft_run):
+    from reasonrl.online.stages import run_online
+
+    root = sft_run["root"]
+    variant = {"name": "async", "mode": "async", "loss": "dpo", "off_policy": 1}
+    config = validate_config({**sft_run["config"], "online_dpo": {**ONLINE, "variants": [variant]}})
+    metrics = run_online(
+        config, "async", str(root / "sft"), str(root / "train.jsonl"), "tool", 2,
+        str(root / "online-async"),
+    )  # fmt: skip
+    assert sum(h["pairs"] for h in metrics["history"]) >= 32, "the run must find pairs"
+    online = greedy_pass_at_1(sft_run["config"], root / "online-async", sft_run["problems"])
+    assert online > sft_run["sft"]

@@ -132,7 +132,8 @@ def write_ppo_table(
     sft_eval: str, variant_rows: list[tuple[str, str, str]], r2_path: str, out_dir: str
 ) -> list[dict]:
     """Held-out pass@1 (bootstrap 95% CI) of SFT and of each variant beside its R^2 from the
-    SFT policy and its compute per iteration. variant_rows: (name, eval metrics, model dir)."""
+    SFT policy, its compute per iteration and its last iteration's held-out score.
+    variant_rows: (name, eval metrics, model dir)."""
     r2 = {row["strategy"]: row["r2"] for row in read_json(r2_path)["strategies"]}
     rows = [_table_row("SFT", read_json(sft_eval), r2.get("unfiltered"), None)]
     for name, eval_path, model_dir in variant_rows:
@@ -147,6 +148,7 @@ def write_ppo_table(
 def _table_row(name: str, metrics: dict, r2, train: dict | None) -> dict:
     low, high = metrics["greedy_pass@1_ci"]
     compute = (train or {}).get("compute", {})
+    final = (train or {}).get("final_heldout", {})
     return {
         "method": train["label"] if train else name,
         "pass@1": round(metrics["greedy_pass@1"], 4),
@@ -160,4 +162,12 @@ def _table_row(name: str, metrics: dict, r2, train: dict | None) -> dict:
         "policy_passes/iter": compute.get("policy_passes"),
         "critic_passes/iter": compute.get("critic_passes"),
         "best_iteration": (train or {}).get("best_iteration"),
+        # The last iteration's policy on the held-out train prompts (the test-split pass@1
+        # above is the best iteration's, which is the SFT policy when no iteration beat it).
+        "final_heldout_pass": final.get("heldout_pass"),
+        "final_heldout_reward": _rounded(final.get("heldout_reward")),
     }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
