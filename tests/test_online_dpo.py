@@ -324,12 +324,13 @@ def test_generator_scores_samples_with_the_bt_reward_model(online_setup, tmp_pat
 def test_rm_reward_without_a_reward_model_is_a_one_line_error(online_setup, tmp_path):
     config, folder = online_setup
     config = {**config, "online_dpo": {**config["online_dpo"], "reward": "rm"}}
+    before = _children()
     with pytest.raises(ReasonRLError, match="online_dpo.reward 'rm' needs a reward model"):
         run_online(
             config, "sync", str(folder / "policy"), str(folder / "train.jsonl"), "tool", 1,
             str(tmp_path / "out"),
         )  # fmt: skip
-    assert not (tmp_path / "out").exists() and not _children()
+    assert not (tmp_path / "out").exists() and _children() == before  # no generator started
 
 
 def _problems(folder: Path) -> list[dict]:
