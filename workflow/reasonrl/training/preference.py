@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
+from reasonrl.training.ppo import action_logps
 
 # loss name -> (family, multi_turn)
 LOSSES = {
@@ -92,14 +93,19 @@ def sequence_logps(
     model: torch.nn.Module, batch: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of log pi(token | prefix) over the score mask of each row, and the token counts."""
+    logps, logits_dtype = _next_token_logps(model, batch)
+    mask = batch["score_mask"][:, 1:].to(logits_dtype)
+    return (logps * mask).sum(-1), mask.sum(-1)
+
+
+def _next_token_logps(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.dtype]:
+    """log pi(token j+1 | prefix up to j) of every row [B, T-1] (fp32), and the logits' dtype."""
     logits = model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-    ).logits[:, :-1]
-    targets = batch["input_ids"][:, 1:]
-    mask = batch["score_mask"][:, 1:].to(logits.dtype)
-    token_logps = torch.gather(logits.float().log_softmax(-1), 2, targets.unsqueeze(-1))
-    token_logps = token_logps.squeeze(-1)
-    return (token_logps * mask).sum(-1), mask.sum(-1)
+    ).logits
+    return action_logps(logits, batch["input_ids"]), logits.dtype
 
 
 def dpo_loss(
@@ -272,11 +278,7 @@ def token_logps(
     values: list[list[float]] = []
     for start in range(0, len(seqs), batch_size):
         batch = pad_sequences(seqs[start : start + batch_size], pad_id)
-        logits = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-        ).logits[:, :-1]
-        targets = batch["input_ids"][:, 1:].unsqueeze(-1)
-        logps = torch.gather(logits.float().log_softmax(-1), 2, targets).squeeze(-1)
+        logps, _ = _next_token_logps(model, batch)
         mask = batch["score_mask"][:, 1:].bool()
         values.extend(row[keep].tolist() for row, keep in zip(logps, mask, strict=True))
     return values
