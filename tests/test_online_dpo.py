@@ -245,15 +245,8 @@ def test_generator_updates_weights_without_restart(online_setup):
 
     config, folder = online_setup
     problems = json.loads(json.dumps(_problems(folder)))
-    spec = GeneratorSpec(
-        config={**config, "online_dpo": {**config["online_dpo"], "loss": "dpo"}},
-        model_path=str(folder / "policy"),
-        problems=problems,
-        style="tool",
-        schedule=Schedule(2, 1, asynchronous=False),
-        first_round=0,
-        threads=1,
-    )
+    config = {**config, "online_dpo": {**config["online_dpo"], "loss": "dpo"}}
+    spec = _spec(config, folder / "policy", problems, Schedule(2, 1, asynchronous=False))
     model, _ = load_policy(folder / "policy")
     with GeneratorProcess(spec) as generator:
         generator.push(0, model)
@@ -299,16 +292,10 @@ def test_generator_scores_samples_with_the_bt_reward_model(online_setup, tmp_pat
     config, folder = online_setup
     rm = _bt_reward_model(folder / "policy", tmp_path / "rm")
     section = {**config["online_dpo"], "loss": "dpo", "reward": "rm", "eos_penalty": 0.5}
-    spec = GeneratorSpec(
-        config={**config, "online_dpo": section},
-        model_path=str(folder / "policy"),
-        problems=_problems(folder),
-        style="tool",
-        schedule=Schedule(1, 1, asynchronous=False),
-        first_round=0,
-        threads=1,
-        reward_model=str(rm),
-    )
+    spec = _spec(
+        {**config, "online_dpo": section}, folder / "policy", _problems(folder),
+        Schedule(1, 1, asynchronous=False), reward_model=str(rm),
+    )  # fmt: skip
     model, _ = load_policy(folder / "policy")
     with GeneratorProcess(spec) as generator:
         generator.push(0, model)
@@ -333,6 +320,22 @@ def test_rm_reward_without_a_reward_model_is_a_one_line_error(online_setup, tmp_
     assert not (tmp_path / "out").exists() and _children() == before  # no generator started
 
 
+def _spec(
+    config: dict, model: Path, problems: list[dict], schedule: Schedule, **extra
+) -> GeneratorSpec:
+    """A one-thread tool-style generator from round 0."""
+    return GeneratorSpec(
+        config=config,
+        model_path=str(model),
+        problems=problems,
+        style="tool",
+        schedule=schedule,
+        first_round=0,
+        threads=1,
+        **extra,
+    )
+
+
 def _problems(folder: Path) -> list[dict]:
     from reasonrl.io import read_jsonl
 
@@ -342,15 +345,8 @@ def _problems(folder: Path) -> list[dict]:
 def test_generator_failure_is_reported_and_leaves_no_process(online_setup, tmp_path):
     config, folder = online_setup
     before = _children()
-    spec = GeneratorSpec(
-        config=config,
-        model_path=str(tmp_path / "missing-model"),
-        problems=_problems(folder),
-        style="tool",
-        schedule=Schedule(2, 1, asynchronous=True),
-        first_round=0,
-        threads=1,
-    )
+    schedule = Schedule(2, 1, asynchronous=True)
+    spec = _spec(config, tmp_path / "missing-model", _problems(folder), schedule)
     with (
         pytest.raises(ReasonRLError, match="generator process failed"),
         GeneratorProcess(spec) as generator,
