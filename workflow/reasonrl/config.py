@@ -106,22 +106,24 @@ def sft_policies(config: dict) -> dict[str, dict]:
     return policies
 
 
+def _reject_repeat(names: list[str], name: str, key: str, source: str) -> None:
+    """The one-line error for a variant list `key` that names `name` twice."""
+    if names.count(name) > 1:
+        raise ReasonRLError(f"{source}: config key '{key}' repeats '{name}'")
+
+
 def _check_sft(section: dict, source: str) -> None:
     """SFT policy names unique."""
     names = [e if isinstance(e, str) else e["name"] for e in section["variants"]]
     for name in names:
-        if names.count(name) > 1:
-            raise ReasonRLError(f"{source}: config key 'sft.variants' repeats '{name}'")
+        _reject_repeat(names, name, "sft.variants", source)
 
 
 def _check_online(section: dict, source: str) -> None:
     """online_dpo variant names unique; steps split into whole generation rounds."""
     names = [v["name"] for v in section["variants"]]
     for variant in section["variants"]:
-        if names.count(variant["name"]) > 1:
-            raise ReasonRLError(
-                f"{source}: config key 'online_dpo.variants' repeats '{variant['name']}'"
-            )
+        _reject_repeat(names, variant["name"], "online_dpo.variants", source)
         if section["steps"] % variant["off_policy"]:
             raise ReasonRLError(
                 f"{source}: config key 'online_dpo.steps' ({section['steps']}) is not a multiple"
@@ -134,8 +136,7 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
     there are rounds to feed)."""
     names = [v["name"] for v in section["variants"]]
     for name in names:
-        if names.count(name) > 1:
-            raise ReasonRLError(f"{source}: config key 'preference.variants' repeats '{name}'")
+        _reject_repeat(names, name, "preference.variants", source)
         if re.search(r"-round\d+$", name) or name in ("base", "sft"):
             raise ReasonRLError(
                 f"{source}: config key 'preference.variants' name '{name}' is reserved"
@@ -183,8 +184,7 @@ def _check_ppo(raw: dict, filled: dict, source: str) -> None:
     section = filled["ppo"]
     names = [v["name"] for v in section["variants"]]
     for name in names:
-        if names.count(name) > 1:
-            raise ReasonRLError(f"{source}: config key 'ppo.variants' repeats '{name}'")
+        _reject_repeat(names, name, "ppo.variants", source)
     if "ppo" in raw and "tasks" in raw and names and section["task"] not in filled["tasks"]:
         raise ReasonRLError(
             f"{source}: config key 'ppo.task' names '{section['task']}', which is not under 'tasks'"
