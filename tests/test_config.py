@@ -95,8 +95,8 @@ def test_sft_entries_name_policies_with_their_own_style_tasks_and_steps():
         }
     )
     assert sft_policies(config) == {
-        "cot": {"style": "cot", "tasks": ["arith"], "max_steps": 800},
-        "code": {"style": "tool", "tasks": ["pycode"], "max_steps": 9},
+        "cot": {"style": "cot", "tasks": ["arith"], "max_steps": 800, "own_tasks": False},
+        "code": {"style": "tool", "tasks": ["pycode"], "max_steps": 9, "own_tasks": True},
     }
 
 

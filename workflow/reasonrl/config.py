@@ -89,7 +89,8 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
 
 
 def sft_policies(config: dict) -> dict[str, dict]:
-    """Each SFT policy's name (its folder is sft-{name}) -> style, tasks and max_steps.
+    """Each SFT policy's name (its folder is sft-{name}) -> style, tasks, max_steps, and
+    own_tasks (whether the entry names its tasks rather than taking sft.tasks).
 
     A bare style in sft.variants is the policy of that name trained on sft.tasks.
     """
@@ -102,6 +103,7 @@ def sft_policies(config: dict) -> dict[str, dict]:
             "style": entry.get("style", "tool"),
             "tasks": entry.get("tasks", section["tasks"]),
             "max_steps": entry.get("max_steps", section["max_steps"]),
+            "own_tasks": "tasks" in entry,
         }
     return policies
 

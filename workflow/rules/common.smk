@@ -121,13 +121,10 @@ def evaluated_tasks(policy):
     code policy beside the arith one is not scored on arith (a bare style, trained on
     sft.tasks, is scored on every evaluation task, transfer included)."""
     tasks = config["evaluation"]["tasks"]
-    own = {
-        e["name"]: e["tasks"]
-        for e in config["sft"]["variants"]
-        if isinstance(e, dict) and "tasks" in e
-    }
-    name = policy.removeprefix("sft-")
-    return [t for t in tasks if t in own[name]] if name in own else tasks
+    settings = SFT_POLICIES.get(policy.removeprefix("sft-"))
+    if settings and settings["own_tasks"]:
+        return [t for t in tasks if t in settings["tasks"]]
+    return tasks
 
 
 def eval_metrics():
