@@ -174,8 +174,25 @@ def load_tokenizer(name_or_path: str | Path):
     return tokenizer
 
 
+def execution_device() -> torch.device:
+    """Where this process runs its models: its GPU under accelerate (or the only one), else CPU."""
+    from accelerate import PartialState
+
+    return PartialState().device
+
+
+def on_model_device(tensors: dict, model: torch.nn.Module) -> dict:
+    """The tensors of a batch moved to the device `model` sits on."""
+    device = next(model.parameters()).device
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+
+
 def load_policy(name_or_path: str | Path, dtype: str = "float32"):
-    """Load a causal LM and its tokenizer from a local folder or a hub id, with one-line errors."""
+    """Load a causal LM and its tokenizer from a local folder or a hub id, with one-line errors.
+
+    The model is placed on this process's execution device, so generation, scoring and
+    reference log-probs run on the GPU when there is one.
+    """
     name = str(name_or_path)
     tokenizer = load_tokenizer(name)
     try:
@@ -184,7 +201,7 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32"):
         raise _hub_error(name) from None
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
+    return model.to(execution_device()), tokenizer
 
 
 def end_of_turn_ids(tokenizer) -> list[int]:

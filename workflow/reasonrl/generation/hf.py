@@ -8,7 +8,7 @@ import torch
 from tqdm import tqdm
 
 from reasonrl.generation import Completion, SamplingParams
-from reasonrl.models import end_of_turn_ids, load_policy
+from reasonrl.models import end_of_turn_ids, load_policy, on_model_device
 
 if TYPE_CHECKING:
     from reasonrl.training.preference import MaskedSequence
@@ -66,6 +66,7 @@ class HFEngine:
         self, prompts: list[str], params: SamplingParams, batch_no: int
     ) -> list[Completion]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = on_model_device(enc, self.model)
         torch.manual_seed(params.seed + batch_no)
         sampling = params.temperature > 0
         out = self.model.generate(

@@ -14,6 +14,7 @@ import torch
 
 from reasonrl.chat import assistant_spans
 from reasonrl.errors import ReasonRLError
+from reasonrl.models import on_model_device
 from reasonrl.rewards.steps import LABELS, NEGATIVE, NEUTRAL, POSITIVE, orm_messages, prm_messages
 
 AGGREGATIONS = ("mean", "min", "last")
@@ -77,11 +78,12 @@ def label_probabilities(
             seq = sequences[i][0]
             ids[row, : len(seq)] = torch.tensor(seq)
             mask[row, : len(seq)] = 1
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        enc = on_model_device({"input_ids": ids, "attention_mask": mask}, model)
+        logits = model(**enc, use_cache=False).logits
         for row, i in enumerate(idx):
             before = torch.tensor(sequences[i][1], dtype=torch.long) - 1
-            chosen = logits[row, before][:, candidates].float()
-            out[i] = chosen.softmax(-1)
+            chosen = logits[row, before.to(logits.device)][:, candidates.to(logits.device)]
+            out[i] = chosen.float().softmax(-1).cpu()
     return out
 
 
@@ -135,6 +137,7 @@ def bt_scores(model, tokenizer, texts: list[str], batch_size: int = 16) -> list[
             padding=True,
             add_special_tokens=False,
         )
+        enc = on_model_device(enc, model)
         scores += model(**enc, use_cache=False).logits[:, 0].float().tolist()
     return scores
 

@@ -21,7 +21,7 @@ from reasonrl.chat import TokenizedChat, render
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_jsonl
 from reasonrl.manifest import Provenance
-from reasonrl.models import DTYPES, load_policy, load_tokenizer
+from reasonrl.models import DTYPES, execution_device, load_policy, load_tokenizer
 from reasonrl.rewards.pairs import preference_pairs
 from reasonrl.rewards.scoring import (
     bt_scores,
@@ -313,6 +313,6 @@ def load_reward_model(folder: str | Path, dtype: str = "float32"):
     info = json.loads(info_path.read_text())
     if info["kind"] == "bt":
         model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=DTYPES[dtype])
-        return model.eval(), load_tokenizer(folder), info
+        return model.to(execution_device()).eval(), load_tokenizer(folder), info
     model, tokenizer = load_policy(folder, dtype)
     return model.eval(), tokenizer, info

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
@@ -145,7 +144,8 @@ class PPORun:
         torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
         s = self.section
         self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"])
-        self.reference = AutoModelForCausalLM.from_pretrained(sft).eval().requires_grad_(False)
+        self.model.to(policy.device)
+        self.reference = load_policy(sft, dtype)[0].eval().requires_grad_(False)
         self.scorer = SequenceScorer(s["reward"], reward_model, dtype, "ppo.reward")
         held = s["heldout_prompts"]
         if len(problems) <= held:
@@ -255,7 +255,9 @@ class PPORun:
             [[1] * len(c.input_ids) + [0] * (width - len(c.input_ids)) for c in chats]
         )
         mask = torch.tensor([c.loss_mask + [0] * (width - len(c.loss_mask)) for c in chats])
-        action = mask[:, 1:].float()
+        device = self.model.policy.device
+        ids, attention, scores = ids.to(device), attention.to(device), scores.to(device)
+        action = mask[:, 1:].float().to(device)
         self.model.eval()
         old_logps, old_values, ref_logps = [], [], []
         for start in range(0, len(chats), s["batch_size"]):

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
+from reasonrl.models import on_model_device
 from reasonrl.training.ppo import action_logps
 
 # loss name -> (family, multi_turn)
@@ -277,7 +278,7 @@ def token_logps(
     model.eval()
     values: list[list[float]] = []
     for start in range(0, len(seqs), batch_size):
-        batch = pad_sequences(seqs[start : start + batch_size], pad_id)
+        batch = on_model_device(pad_sequences(seqs[start : start + batch_size], pad_id), model)
         logps, _ = _next_token_logps(model, batch)
         mask = batch["score_mask"][:, 1:].bool()
         values.extend(row[keep].tolist() for row, keep in zip(logps, mask, strict=True))
@@ -293,6 +294,6 @@ def reference_logps(
     model.eval()
     values: list[float] = []
     for start in tqdm(range(0, len(seqs), batch_size), desc="reference", leave=False):
-        batch = pad_sequences(seqs[start : start + batch_size], pad_id)
+        batch = on_model_device(pad_sequences(seqs[start : start + batch_size], pad_id), model)
         values.extend(sequence_logps(model, batch)[0].tolist())
     return values
