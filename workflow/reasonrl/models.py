@@ -175,10 +175,17 @@ def load_tokenizer(name_or_path: str | Path):
 
 
 def execution_device() -> torch.device:
-    """Where this process runs its models: its GPU under accelerate (or the only one), else CPU."""
-    from accelerate import PartialState
+    """Where this process runs its models: its GPU (LOCAL_RANK's under accelerate launch or
+    torchrun) when there is one and accelerate is not told to use the CPU, else the CPU.
 
-    return PartialState().device
+    Read from the environment as accelerate reads it: building accelerate's PartialState here
+    would fix its distributed set-up before the training loop's Accelerator is made.
+    """
+    from accelerate.utils import parse_flag_from_env
+
+    if not torch.cuda.is_available() or parse_flag_from_env("ACCELERATE_USE_CPU"):
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def on_model_device(tensors: dict, model: torch.nn.Module) -> dict:
