@@ -188,10 +188,14 @@ def execution_device() -> torch.device:
     return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def to_device(tensors: dict, device: torch.device) -> dict:
+    """The tensors of a batch moved to `device`; other values as they are."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+
+
 def on_model_device(tensors: dict, model: torch.nn.Module) -> dict:
     """The tensors of a batch moved to the device `model` sits on."""
-    device = next(model.parameters()).device
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+    return to_device(tensors, next(model.parameters()).device)
 
 
 def load_policy(name_or_path: str | Path, dtype: str = "float32"):

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from reasonrl.io import write_csv, write_json
-from reasonrl.models import save_folder_atomically
+from reasonrl.models import save_folder_atomically, to_device
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def _optimizer_step(
                 accelerator.process_index,
             )
         )  # fmt: skip
-        batch = _to_device(batch, accelerator.device)
+        batch = to_device(batch, accelerator.device)
         with accelerator.autocast():
             loss, stats = loss_fn(model, batch)
         accelerator.backward(loss / settings.grad_accum)
@@ -215,11 +215,6 @@ def _optimizer_step(
     out = {k: v if k in summed else v / settings.grad_accum for k, v in totals.items()}
     out.update(lr=lr, grad_norm=float(grad_norm))
     return out
-
-
-def _to_device(batch: Batch, device: torch.device) -> Batch:
-    """The batch's tensors on the training device (a GPU under accelerate launch)."""
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def save_trained_model(
