@@ -80,9 +80,10 @@ def label_probabilities(
             mask[row, : len(seq)] = 1
         enc = on_model_device({"input_ids": ids, "attention_mask": mask}, model)
         logits = model(**enc, use_cache=False).logits
+        candidates = candidates.to(logits.device)
         for row, i in enumerate(idx):
-            before = torch.tensor(sequences[i][1], dtype=torch.long) - 1
-            chosen = logits[row, before.to(logits.device)][:, candidates.to(logits.device)]
+            before = torch.tensor(sequences[i][1], dtype=torch.long, device=logits.device) - 1
+            chosen = logits[row, before][:, candidates]
             out[i] = chosen.float().softmax(-1).cpu()
     return out
 
