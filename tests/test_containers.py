@@ -22,6 +22,7 @@ import pytest
 import yaml
 from run_results import differing_results
 
+from reasonrl.containers.build import remove_replaced_image
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, host_config
 from reasonrl.errors import ReasonRLError
@@ -138,6 +139,37 @@ def test_host_config_mounts_workdir_and_passes_gpus_network_and_sandbox_needs():
     root = host_config(client, ContainerSpec("img", None, "/work", network=True, user="0:0"))
     assert root["device_requests"] is None and root["network_mode"] == "default"
     assert root["cap_add"] == ["SYS_ADMIN", "NET_ADMIN"]  # what root's bwrap needs
+
+
+class FakeImages:
+    """docker-py's image collection: records removals, refuses ids in `in_use`."""
+
+    def __init__(self, in_use: tuple[str, ...] = ()):
+        self.in_use = in_use
+        self.removed: list[str] = []
+
+    def remove(self, image: str) -> None:
+        import docker
+
+        if image in self.in_use:
+            raise docker.errors.APIError("409", explanation=f"conflict: {image} is in use")
+        self.removed.append(image)
+
+
+def test_rebuild_removes_the_image_it_took_the_tag_from():
+    images = FakeImages()
+    client = type("Client", (), {"images": images})()
+    remove_replaced_image(client, "sha256:old", "sha256:new")
+    remove_replaced_image(client, "sha256:new", "sha256:new")
+    assert images.removed == ["sha256:old"]
+
+
+def test_rebuild_keeps_a_replaced_image_a_container_still_uses(caplog):
+    images = FakeImages(in_use=("sha256:old",))
+    client = type("Client", (), {"images": images})()
+    remove_replaced_image(client, "sha256:old", "sha256:new")
+    assert images.removed == []
+    assert "kept the replaced image sha256:old: conflict" in caplog.text
 
 
 # --- Docker -------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ installs them with `--no-index`. Where no registry is reachable, `--local-base` 
 base image here instead of pulling the pinned one: a Debian root filesystem by debootstrap
 (from the host's own apt mirror), imported with the Docker API (`docker import`).
 
-An image is rebuilt only when its inputs change: their hash is a label of the image.
+An image is rebuilt only when its inputs change: their hash is a label of the image. A
+rebuild removes the image it takes the tag from, so rebuilding does not fill the disk.
 """
 
 from __future__ import annotations
@@ -201,11 +202,11 @@ def build_image(
     fingerprint = inputs_hash([p for p in inputs if p.exists()]) + ":" + base_id
     try:
         existing = client.images.get(entry["ref"])
-        if existing.labels.get(INPUTS_LABEL) == fingerprint:
-            log.info("%s is up to date (%s)", entry["ref"], existing.id)
-            return existing.id
     except docker.errors.ImageNotFound:
-        pass
+        existing = None
+    if existing is not None and existing.labels.get(INPUTS_LABEL) == fingerprint:
+        log.info("%s is up to date (%s)", entry["ref"], existing.id)
+        return existing.id
     with tempfile.TemporaryDirectory(dir=_mkdir(cache_dir)) as work:
         context = Path(work)
         make_context(name, dockerfile, context, cache_dir / f"wheels-{name}")
@@ -227,7 +228,26 @@ def build_image(
             raise ReasonRLError(
                 f"building {entry['ref']} failed: {err.msg}\n{tail[-3000:]}"
             ) from None
+    if existing is not None:
+        remove_replaced_image(client, existing.id, image.id)
     return image.id
+
+
+def remove_replaced_image(client, old_id: str, new_id: str) -> None:
+    """Remove the image a rebuild took the tag from; keep it (with a warning) while in use.
+
+    Docker leaves the old image behind untagged: a few GB per rebuild otherwise.
+    """
+    import docker
+
+    if old_id == new_id:
+        return
+    try:
+        client.images.remove(old_id)
+    except docker.errors.APIError as err:
+        log.warning("kept the replaced image %s: %s", old_id, err.explanation or err)
+        return
+    log.info("removed the replaced image %s", old_id)
 
 
 def _mkdir(path: Path) -> Path:
