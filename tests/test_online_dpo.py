@@ -72,17 +72,19 @@ def test_best_worst_drops_ties_and_rewards_penalise_truncation():
 
 
 def test_online_dpo_is_the_preference_modules_dpo_loss(tiny_policy):
-    from reasonrl.models import load_policy
+    from reasonrl.models import load_policy, on_model_device
     from reasonrl.training.online import dpo_batch
     from reasonrl.training.preference import MaskedSequence, sequence_logps
 
     model, tokenizer = load_policy(tiny_policy)
     seqs = [MaskedSequence([5, 6, 7, 8], [0, 1, 1, 1]), MaskedSequence([5, 9, 10], [0, 1, 1])]
-    batch = dpo_batch(seqs, [-3.0, -4.0], [(0, 1)], tokenizer.pad_token_id)
+    # On the model's device, as the training loop hands batches to the objective.
+    batch = on_model_device(dpo_batch(seqs, [-3.0, -4.0], [(0, 1)], tokenizer.pad_token_id), model)
     batch["metrics"] = {"reward": 0.5}
     loss, stats = OnlineObjective("dpo", beta=0.05, clip=0.2, k=2)(model, batch)
     logps, _ = sequence_logps(model, batch)
-    expected = dpo_loss(logps[:1], logps[1:], torch.tensor([-3.0]), torch.tensor([-4.0]), 0.05)
+    ref_chosen, ref_rejected = torch.tensor([[-3.0], [-4.0]], device=logps.device)
+    expected = dpo_loss(logps[:1], logps[1:], ref_chosen, ref_rejected, 0.05)
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
     assert stats["reward"] == 0.5 and "reward_margin" in stats
 
@@ -99,7 +101,7 @@ def test_token_logps_sum_to_the_sequence_logps(tiny_policy):
 
 
 def test_ppo_batch_puts_each_log_prob_on_its_action_and_the_ratio_uses_them(tiny_policy):
-    from reasonrl.models import load_policy
+    from reasonrl.models import load_policy, on_model_device
     from reasonrl.training.online import online_ppo_loss, ppo_batch
     from reasonrl.training.ppo import PolicyCritic, PPOSettings
     from reasonrl.training.preference import MaskedSequence, token_logps
@@ -108,7 +110,9 @@ def test_ppo_batch_puts_each_log_prob_on_its_action_and_the_ratio_uses_them(tiny
     seqs = [MaskedSequence([5, 6, 7, 8, 9], [0, 0, 1, 1, 0]), MaskedSequence([5, 9, 4], [0, 1, 1])]
     pad = tokenizer.pad_token_id
     own = token_logps(model, seqs, pad)
-    batch = ppo_batch(seqs, own, [[0.0] * len(t) for t in own], [1.0, 0.0], pad)
+    batch = on_model_device(
+        ppo_batch(seqs, own, [[0.0] * len(t) for t in own], [1.0, 0.0], pad), model
+    )
     assert batch["action_mask"].tolist() == [[0, 1, 1, 0], [1, 1, 0, 0]]
     assert batch["old_logps"][0, 1:3].tolist() == pytest.approx(own[0])
     assert batch["old_logps"][1, 0:2].tolist() == pytest.approx(own[1])
