@@ -115,6 +115,12 @@ def test_policy_critic_groups_and_one_ppo_step(tiny_policy, critic):
     assert policy.lm_head.weight.grad.abs().sum() > 0
 
 
+def test_policy_critic_puts_its_value_head_on_the_policys_device(tiny_policy):
+    policy, _ = load_policy(tiny_policy)
+    model = PolicyCritic(policy.to("meta"), "shared", 1e-3, 1e-3)  # meta: any non-CPU device
+    assert model.value_head.weight.device.type == "meta"
+
+
 def test_unknown_critic_is_an_error(tiny_policy):
     policy, _ = load_policy(tiny_policy)
     with pytest.raises(ReasonRLError, match="unknown critic"):

@@ -152,6 +152,8 @@ class PolicyCritic(nn.Module):
         self.value_head = nn.Linear(policy.config.hidden_size, 1)
         nn.init.normal_(self.value_head.weight, std=1.0 / (policy.config.hidden_size + 1))
         nn.init.zeros_(self.value_head.bias)
+        # The new critic parts join the policy on its device (the GPU load_policy chose).
+        self.to(next(policy.parameters()).device)
         self.policy_lr, self.critic_lr = policy_lr, critic_lr
 
     def critic_parameters(self) -> list[nn.Parameter]:

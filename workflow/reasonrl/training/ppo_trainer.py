@@ -144,7 +144,6 @@ class PPORun:
         torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
         s = self.section
         self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"])
-        self.model.to(policy.device)
         self.reference = load_policy(sft, dtype)[0].eval().requires_grad_(False)
         self.scorer = SequenceScorer(s["reward"], reward_model, dtype, "ppo.reward")
         held = s["heldout_prompts"]
