@@ -192,8 +192,8 @@ def test_mdpo_equals_trl_dpo_without_interpreter_turns(policy, reference, eta):
     completion = torch.tensor([completion_mask_after_prompt(tokenizer, c, width) for c in rows])
     assert torch.equal(completion, batch["score_mask"]), "no interpreter turn: masks agree"
     theirs = trl_dpo_loss(model, batch, completion, order[0], order[1], eta)
-    assert float(ours) == pytest.approx(float(theirs), rel=1e-5, abs=1e-6)
-    assert float(ours) != pytest.approx(math.log(2), abs=1e-4), "log-ratios must not be zero"
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-5, abs=1e-6)
+    assert ours.item() != pytest.approx(math.log(2), abs=1e-4), "log-ratios must not be zero"
 
 
 def test_single_turn_dpo_equals_mdpo_without_interpreter_turns(policy, reference):
@@ -207,7 +207,7 @@ def test_single_turn_dpo_equals_mdpo_without_interpreter_turns(policy, reference
         )
         ref = reference_logps(reference, list(pair), tokenizer.pad_token_id)
         batches = PreferenceBatches([pair], 1, tokenizer.pad_token_id, 0, reference=[tuple(ref)])
-        losses.append(float(PreferenceObjective(LossSettings(name))(model.eval(), batches(0))[0]))
+        losses.append(PreferenceObjective(LossSettings(name))(model.eval(), batches(0))[0].item())
     assert losses[0] == pytest.approx(losses[1], abs=1e-6)
 
 
@@ -223,7 +223,7 @@ def test_single_turn_dpo_differs_from_mdpo_with_interpreter_turns(policy, refere
         )
         ref = reference_logps(reference, list(pair), tokenizer.pad_token_id)
         batches = PreferenceBatches([pair], 1, tokenizer.pad_token_id, 0, reference=[tuple(ref)])
-        losses.append(float(PreferenceObjective(LossSettings(name))(model.eval(), batches(0))[0]))
+        losses.append(PreferenceObjective(LossSettings(name))(model.eval(), batches(0))[0].item())
     assert losses[0] != pytest.approx(losses[1], abs=1e-5)
 
 
@@ -274,7 +274,7 @@ def test_mkto_objective_matches_the_formula_on_masked_log_ratios(policy, referen
         lr = sum(x for x, m in zip(per_token_logps(reference, ids_), flags[1:], strict=True) if m)
         ratios.append((lp - lr, desirable[index]))
     expected = kto_by_hand([r for r, _ in ratios], [d for _, d in ratios], 0.1)
-    assert float(loss) == pytest.approx(expected, abs=1e-5)
+    assert loss.item() == pytest.approx(expected, abs=1e-5)
     assert stats["kl_z0"] == pytest.approx(max(0.0, sum(r for r, _ in ratios) / 3), abs=1e-5)
 
 
@@ -294,7 +294,7 @@ def test_live_reference_gives_the_cached_reference_loss(policy, reference):
     settings = LossSettings("mdpo")
     with_cache = PreferenceObjective(settings)(model.eval(), cached(0))[0]
     with_model = PreferenceObjective(settings, reference_model=reference)(model.eval(), live(0))[0]
-    assert float(with_cache) == pytest.approx(float(with_model), abs=1e-5)
+    assert with_cache.item() == pytest.approx(with_model.item(), abs=1e-5)
     assert "ref_logps" not in live(0)
 
 
@@ -312,7 +312,7 @@ def test_nll_term_adds_the_mean_token_nll_of_the_chosen(policy, reference):
     chosen = [lp for lp, m in zip(token_logps, pair[0].mask[1:], strict=True) if m]
     nll = -sum(chosen) / len(chosen)
     assert stats["nll"] == pytest.approx(nll, abs=1e-4)
-    assert float(with_nll) == pytest.approx(float(plain) + 0.5 * nll, abs=1e-4)
+    assert with_nll.item() == pytest.approx(plain.item() + 0.5 * nll, abs=1e-4)
 
 
 def test_raft_is_not_a_preference_objective():

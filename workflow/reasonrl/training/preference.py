@@ -198,7 +198,7 @@ class PreferenceObjective:
         if s.nll_weight > 0:
             nll = -(logps[nll_rows] / counts[nll_rows].clamp(min=1)).mean()
             loss = loss + s.nll_weight * nll
-            stats["nll"] = float(nll)
+            stats["nll"] = nll.item()
         stats["tokens"] = float(batch["attention_mask"].sum())
         return loss, stats
 
