@@ -14,7 +14,7 @@ import torch
 
 from reasonrl.chat import assistant_spans
 from reasonrl.errors import ReasonRLError
-from reasonrl.models import on_model_device
+from reasonrl.models import on_model_device, to_device
 from reasonrl.rewards.steps import LABELS, NEGATIVE, NEUTRAL, POSITIVE, orm_messages, prm_messages
 
 AGGREGATIONS = ("mean", "min", "last")
@@ -68,7 +68,8 @@ def label_probabilities(
     """
     out: list[torch.Tensor | None] = [None] * len(sequences)
     order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i][0]))
-    candidates = torch.tensor(label_ids)
+    device = next(model.parameters()).device
+    candidates = torch.tensor(label_ids, device=device)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         width = max(len(sequences[i][0]) for i in idx)
@@ -78,11 +79,10 @@ def label_probabilities(
             seq = sequences[i][0]
             ids[row, : len(seq)] = torch.tensor(seq)
             mask[row, : len(seq)] = 1
-        enc = on_model_device({"input_ids": ids, "attention_mask": mask}, model)
+        enc = to_device({"input_ids": ids, "attention_mask": mask}, device)
         logits = model(**enc, use_cache=False).logits
-        candidates = candidates.to(logits.device)
         for row, i in enumerate(idx):
-            before = torch.tensor(sequences[i][1], dtype=torch.long, device=logits.device) - 1
+            before = torch.tensor(sequences[i][1], dtype=torch.long, device=device) - 1
             chosen = logits[row, before][:, candidates]
             out[i] = chosen.float().softmax(-1).cpu()
     return out
