@@ -14,6 +14,7 @@ import pytest
 from reasonrl import sandbox as sandbox_module
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
+from reasonrl.pool import WorkerPool
 from reasonrl.sandbox import (
     SANDBOX_UIDS,
     STATUSES,
@@ -290,12 +291,12 @@ def test_run_many_keeps_order_and_runs_at_most_workers_at_once():
     delays = [1.5, 1.0, 1.0, 1.0]  # the first finishes after the second
     codes = [f"import time\ntime.sleep({delay})\nprint({i})" for i, delay in enumerate(delays)]
     started = time.monotonic()
-    results = Sandbox(workers=2).run_many(codes)
+    results = WorkerPool(Sandbox(workers=2)).run(codes)
     elapsed = time.monotonic() - started
     assert [r.stdout for r in results] == ["0\n", "1\n", "2\n", "3\n"]
     # two at a time take 2.5 s; three at a time 2.0 s; one at a time 4.5 s
     assert 2.4 <= elapsed < 4.0
-    assert Sandbox().run_many([]) == []
+    assert WorkerPool(Sandbox()).run([]) == []
 
 
 def test_limits_and_workers_from_config():

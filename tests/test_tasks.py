@@ -10,6 +10,7 @@ import pytest
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import write_jsonl
+from reasonrl.pool import WorkerPool
 from reasonrl.sandbox import bwrap_available
 from reasonrl.tasks import (
     CODE_INSTRUCTION,
@@ -183,7 +184,7 @@ def test_generation_fails_with_one_line_when_too_few_distinct_problems_exist():
 @needs_bwrap
 def test_arith_gold_output_is_what_the_sandbox_prints(arith, sandbox):
     rows = arith[1][:6]
-    results = sandbox.run_many([_program(row) for row in rows])
+    results = WorkerPool(sandbox).run([_program(row) for row in rows])
     for row, result in zip(rows, results, strict=True):
         assert (result.status, result.output) == ("ok", row["answer"])
 

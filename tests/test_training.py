@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from reasonrl.chat import TokenizedChat
 from reasonrl.models import load_policy
 from reasonrl.training.data import IGNORE, MicroBatches, pack, pad_batch
+from reasonrl.training.lm_loss import masked_lm_loss
 from reasonrl.training.loop import CheckpointStore, LoopSettings, micro_batch_index, train
-from reasonrl.training.sft import masked_lm_loss
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.evaluation import pass_at_k
+from reasonrl.metrics import pass_at_k
 from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox
 

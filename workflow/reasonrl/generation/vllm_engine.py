@@ -13,7 +13,7 @@ from reasonrl.generation import Completion, SamplingParams
 from reasonrl.models import end_of_turn_ids
 
 if TYPE_CHECKING:
-    from reasonrl.training.preference import MaskedSequence
+    from reasonrl.sequences import MaskedSequence
 
 
 def _import_vllm():

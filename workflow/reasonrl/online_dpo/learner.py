@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from reasonrl.io import read_json, write_json
-from reasonrl.online.actors import GeneratorProcess, Schedule
-from reasonrl.training.online import best_worst, dpo_batch, ppo_batch, rloo_batch
+from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
+from reasonrl.sequences import encode_trajectory, summed_logps, token_logps
+from reasonrl.training.online_dpo import best_worst, dpo_batch, ppo_batch, rloo_batch
 from reasonrl.training.ppo import PolicyCritic
-from reasonrl.training.preference import encode_trajectory, reference_logps, token_logps
 
 
 class RoundStore:
@@ -110,7 +110,7 @@ class OnlineBatches:
             ref_tokens = token_logps(self.reference_model, seqs, pad)
             ref = [sum(values) for values in ref_tokens]
         else:
-            ref = reference_logps(self.reference_model, seqs, pad)
+            ref = summed_logps(self.reference_model, seqs, pad)
         rewards = [row["reward"] for row in rows]
         behaviour = [row["behaviour_logp"] for row in rows]
         pairs, margins, ties = [], [], 0

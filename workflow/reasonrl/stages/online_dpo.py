@@ -1,9 +1,8 @@
-"""The online DPO stages behind the CLI: train one variant (sync or async), and the table."""
+"""Stages of workflow/rules/online_dpo.smk, the asynchronous online DPO: train one variant
+(sync or async), and the table."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import signal
 from pathlib import Path
@@ -12,7 +11,6 @@ import torch
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_text
-from reasonrl.manifest import Provenance
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +29,7 @@ def _raise_on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_online(
+def online_dpo(
     config: dict,
     variant_name: str,
     model_path: str,
@@ -45,11 +43,12 @@ def run_online(
     scored per online_dpo.reward (`reward_model`: the BT-RM folder); writes the HF folder with
     per-step metrics (JSON + CSV) and the manifest."""
     from reasonrl.models import load_policy
-    from reasonrl.online.actors import GeneratorProcess, GeneratorSpec, Schedule
-    from reasonrl.online.learner import OnlineBatches, RoundStore
+    from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
+    from reasonrl.online_dpo.learner import OnlineBatches, RoundStore
     from reasonrl.rewards.sequence import SequenceScorer
-    from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
-    from reasonrl.training.online import OnlineObjective
+    from reasonrl.stages._train import TrainingRun
+    from reasonrl.training.loop import LoopSettings
+    from reasonrl.training.online_dpo import OnlineObjective
     from reasonrl.training.ppo import PolicyCritic
 
     variant = online_variant(config, variant_name)
@@ -58,20 +57,15 @@ def run_online(
     SequenceScorer.check(section["reward"], reward_model, "online_dpo.reward")
     inputs = [model_path, train_path] + ([reward_model] if reward_model else [])
     settings = {"online_dpo": section, **sections}
-    provenance = Provenance("online-dpo", settings, inputs, config["seed"])
+    run = TrainingRun("online-dpo", out_dir, settings, inputs, config["seed"], section, sections)
     schedule = Schedule(section["steps"], section["off_policy"], section["mode"] == "async")
     # Generator and learner get half the cores each in both modes (sync: they take turns), so
     # the speedup measures the overlap alone. Sync with every thread in each phase was
     # measured 2-10x slower on a shared 2-core machine (OpenMP threads waiting on each other).
     per_process = max(1, threads // 2)
     torch.set_num_threads(per_process)
-    out = Path(out_dir)
-    fingerprint = hashlib.sha256(
-        json.dumps([section, sections, provenance.hashes], sort_keys=True).encode()
-    ).hexdigest()
-    checkpoints = CheckpointStore(out.parent / f".{out.name}.ckpt", fingerprint)
-    store = RoundStore(out.parent / f".{out.name}.rounds", fingerprint)
-    store.reset_unless_resuming(checkpoints.latest() is not None)
+    store = RoundStore(run.out.parent / f".{run.out.name}.rounds", run.fingerprint)
+    store.reset_unless_resuming(run.checkpoints.latest() is not None)
     spec = GeneratorSpec(
         config={"online_dpo": section, "seed": config["seed"], **sections},
         model_path=model_path,
@@ -99,31 +93,17 @@ def run_online(
     try:
         with GeneratorProcess(spec) as generator:
             batches = OnlineBatches(generator, store, schedule, section, tokenizer, reference)
-            result = train(model, batches, objective, settings, checkpoints, batches.on_step)
+            result = run.fit(model, batches, objective, settings, batches.on_step)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    history = result["history"]
-    metrics = {
-        "name": out.name,
-        "variant": variant_name,
-        "mode": section["mode"],
-        "loss": section["loss"],
-        "reward": section["reward"],
-        "off_policy": section["off_policy"],
-        "steps": len(history),
-        "resumed_from": result["resumed_from"],
-        "final_loss": history[-1]["loss"],
-        **timing_summary(history),
-        "history": history,
-    }
+    identity = {"variant": variant_name}
+    identity.update({k: section[k] for k in ("mode", "loss", "reward", "off_policy")})
+    metrics = run.metrics(result, identity, timing_summary(result["history"]), timed=False)
     trained = result["model"]
     if isinstance(trained, PolicyCritic):
-        save_trained_model(out, trained.policy, tokenizer, metrics, provenance, checkpoints)
+        run.save(trained.policy, tokenizer, metrics)
     else:
-        save_trained_model(
-            out, trained, tokenizer, metrics, provenance, checkpoints,
-            state_dict=result["state_dict"],
-        )  # fmt: skip
+        run.save(trained, tokenizer, metrics, state_dict=result["state_dict"])
     store.clear()
     return metrics
 
@@ -156,7 +136,7 @@ def _final(history: list[dict], key: str) -> float:
     return sum(h[key] for h in tail) / len(tail)
 
 
-def write_online_table(rows_in: list[tuple[str, str, str]], out_dir: str) -> list[dict]:
+def online_dpo_table(rows_in: list[tuple[str, str, str]], out_dir: str) -> list[dict]:
     """rows_in: (label, model folder, eval metrics.json). Writes table.md/.csv/.json and
     plot.png (reward and KL against wall-clock)."""
     out = Path(out_dir)

@@ -1,4 +1,7 @@
-"""PPO / PF-PPO on the shared training loop.
+"""Stages of workflow/rules/ppo.smk: PPO / PF-PPO training, the R^2 strategy choice from the
+SFT policy (the paper's Table 1 and Figure 1) and the table of variants (Tables 3 and 4).
+
+PPO / PF-PPO on the shared training loop.
 
 The loop sees PPO as one more loss (training.ppo.PPOObjective) and one more batch source:
 micro-batch i belongs to iteration i // steps_per_iteration; the first micro-batch of an
@@ -14,8 +17,6 @@ queries, responses, reward-model passes, policy and critic forward-backward pass
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
@@ -23,25 +24,41 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
-from reasonrl.io import read_jsonl
+from reasonrl.io import (
+    atomic_path,
+    read_json,
+    read_jsonl,
+    write_csv,
+    write_json,
+    write_jsonl,
+    write_text,
+)
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
-from reasonrl.training.filtration import FilterSpec, select
-from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
+from reasonrl.sequences import action_logps
+from reasonrl.stages._train import TrainingRun
+from reasonrl.training.filtration import (
+    FilterSpec,
+    r_squared,
+    reward_bins,
+    select,
+    selection_probabilities,
+)
+from reasonrl.training.loop import LoopSettings
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOObjective,
     PPOSettings,
-    action_logps,
     gae,
     normalise,
     token_rewards,
@@ -305,11 +322,7 @@ def iteration_summary(history: list[dict]) -> list[dict]:
     return [out[k] for k in sorted(out)]
 
 
-def _fingerprint(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def run_ppo(
+def ppo(
     config: dict,
     variant_name: str,
     model_path: str,
@@ -320,17 +333,14 @@ def run_ppo(
     """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest."""
     section, seed = config["ppo"], config["seed"]
     variant = find_variant(section, variant_name)
-    out = Path(out_dir)
     inputs = [model_path, problems_path] + ([reward_model] if reward_model else [])
-    provenance = Provenance("ppo", {"ppo": section, "policy": config["policy"]}, inputs, seed)
+    sections = {"ppo": section, "policy": config["policy"]}
+    run = TrainingRun("ppo", out_dir, sections, inputs, seed, variant_name, section, seed)
     problems = read_jsonl(problems_path, schema="problem")
     if not problems:
         raise ReasonRLError(f"{problems_path}: no problems to train on")
-    ckpt = out.parent / f".{out.name}.ckpt"
-    fingerprint = _fingerprint(variant_name, section, seed, provenance.hashes)
-    checkpoints = CheckpointStore(ckpt, fingerprint)
-    run = PPORun(config, variant, model_path, reward_model, problems, ckpt)
-    per = run.steps_per_iteration
+    ppo_run = PPORun(config, variant, model_path, reward_model, problems, run.checkpoints.folder)
+    per = ppo_run.steps_per_iteration
     settings = LoopSettings(
         max_steps=section["iterations"] * per,
         lr=section["policy_lr"],
@@ -339,34 +349,28 @@ def run_ppo(
         log_every=per,
         seed=seed,
     )
-    result = train(run.model, PPOBatches(run), _Objective(run.settings()), settings, checkpoints)
-    final = run.evaluate(seed + 991)
-    run.keep_if_best(section["iterations"], final)
-    best = torch.load(run.best_path, weights_only=True)
-    run.model.policy.load_state_dict(best["state"])
-    history = result["history"]
-    iterations = iteration_summary(history)
-    metrics = {
-        "name": out.name,
+    result = run.fit(ppo_run.model, PPOBatches(ppo_run), _Objective(ppo_run.settings()), settings)
+    final = ppo_run.evaluate(seed + 991)
+    ppo_run.keep_if_best(section["iterations"], final)
+    best = torch.load(ppo_run.best_path, weights_only=True)
+    ppo_run.model.policy.load_state_dict(best["state"])
+    iterations = iteration_summary(result["history"])
+    identity = {
         "variant": variant.name,
         "filter": variant.filter.name,
         "label": variant.label,
-        "steps": len(history),
         "steps_per_iteration": per,
-        "resumed_from": result["resumed_from"],
-        "final_loss": history[-1]["loss"],
-        "train_seconds": round(result["train_seconds"], 3),
+    }
+    extra = {
         "best_iteration": best["iteration"],
         "best_heldout": {"pass": best["key"][0], "reward": best["key"][1]},
         "final_heldout": final,
         "compute": compute_totals(iterations),
         "iterations": iterations,
-        "history": history,
     }
-    save_trained_model(
-        out, run.model.policy, run.tokenizer, metrics, provenance, checkpoints,
-        summary={"best_iteration": best["iteration"], "compute": metrics["compute"]},
-    )  # fmt: skip
+    metrics = run.metrics(result, identity, extra)
+    summary = {"best_iteration": best["iteration"], "compute": metrics["compute"]}
+    run.save(ppo_run.model.policy, ppo_run.tokenizer, metrics, summary=summary)
     return metrics
 
 
@@ -375,3 +379,148 @@ def compute_totals(iterations: list[dict]) -> dict[str, float]:
     keys = ("queries", "responses", "rm_passes", "policy_passes", "critic_passes")
     n = max(1, len(iterations))
     return {k: sum(it[k] for it in iterations) / n for k in keys}
+
+
+# ---- ppo_r2 and ppo_table ---------------------------------------------------------------------
+
+
+def strategy_rows(
+    variants: list[Variant], groups: list[list[float]], scores: list[list[float]], bins: int
+) -> tuple[list[dict], list[dict]]:
+    """(one R^2 row per strategy, the reward-bin points of each) from rewards and true scores
+    grouped per prompt. Every strategy weighs each response by its selection probability;
+    bins are equal-width over the range of all rewards, shared by the strategies."""
+    flat_rewards = [r for g in groups for r in g]
+    flat_scores = [s for g in scores for s in g]
+    edges = np.linspace(min(flat_rewards), max(flat_rewards), bins + 1)
+    table, points = [], []
+    unfiltered = Variant("unfiltered", FilterSpec("ppo-m"), "unfiltered (SFT policy)")
+    for variant in [unfiltered, *variants]:
+        probs = selection_probabilities(variant.filter, groups)
+        weights = [w for g in probs for w in g]
+        rows = reward_bins(flat_rewards, flat_scores, weights, edges)
+        r2 = r_squared([b["reward"] for b in rows], [b["score"] for b in rows])
+        table.append(
+            {
+                "strategy": variant.name,
+                "label": variant.label,
+                "filter": variant.filter.name,
+                "r2": None if r2 is None else round(r2, 4),
+                "bins": len(rows),
+                "mean_score": round(float(np.average(flat_scores, weights=weights)), 4),
+            }
+        )
+        points += [{"strategy": variant.name, **b} for b in rows]
+    return table, points
+
+
+def ppo_r2(
+    config: dict, model: str, reward_model: str, problems_path: str, out_dir: str
+) -> list[dict]:
+    """Sample N responses per prompt from the SFT policy, score them with the reward model and
+    the verifier, and write R^2 of score ~ reward over reward bins for every ppo variant."""
+    section, seed = config["ppo"], config["seed"]
+    r2 = section["r2"]
+    provenance = Provenance("ppo-r2", {"ppo": section}, [model, reward_model, problems_path], seed)
+    problems = read_jsonl(problems_path, schema="problem")[: r2["prompts"]]
+    if not problems:
+        raise ReasonRLError(f"{problems_path}: no problems to sample")
+    policy, tokenizer = load_policy(model, config["policy"]["dtype"])
+    n = section["responses_per_prompt"]
+    rows = run_rollouts(
+        HFEngine(policy, tokenizer, config["generation"]["batch_size"]),
+        problems,
+        section["style"],
+        n,
+        SamplingParams(temperature=section["temperature"], top_p=1.0, seed=seed + 5),
+        RolloutLimits.from_config(config["rollout"]),
+        Sandbox.from_config(config["sandbox"]),
+        Path(model).name,
+    )
+    rewards = SequenceScorer("rm", reward_model, config["policy"]["dtype"], "ppo.reward").rm(rows)
+    groups = [rewards[p * n : (p + 1) * n] for p in range(len(problems))]
+    correct = [float(r["correct"]) for r in rows]
+    scores = [correct[p * n : (p + 1) * n] for p in range(len(problems))]
+    variants = [Variant.from_config(v, section) for v in section["variants"]]
+    table, points = strategy_rows(variants, groups, scores, r2["bins"])
+    out = Path(out_dir)
+    write_jsonl(out / "samples.jsonl", rows, schema="trajectory")
+    write_json(out / "rewards.json", {"rewards": rewards})
+    write_json(out / "r2.json", {"strategies": table, "bins": points})
+    write_csv(out / "r2.csv", table)
+    write_text(out / "r2.md", markdown(table))
+    plot_bins(points, out / "score_by_reward_bin.png")
+    provenance.write(out, {"samples": len(rows), "strategies": len(table)})
+    return table
+
+
+def markdown(rows: list[dict]) -> str:
+    header = "| " + " | ".join(rows[0]) + " |"
+    lines = [header, "|" + " --- |" * len(rows[0])]
+    lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot_bins(points: list[dict], path: Path) -> None:
+    """Mean true score against the mean reward of each bin, one line per strategy (Fig. 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in dict.fromkeys(p["strategy"] for p in points):
+        mine = [p for p in points if p["strategy"] == name]
+        ax.plot([p["reward"] for p in mine], [p["score"] for p in mine], marker="o", label=name)
+    ax.set_xlabel("reward (bin mean)")
+    ax.set_ylabel("true score (bin mean, unit tests passed)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+
+
+def ppo_table(
+    sft_eval: str, variant_rows: list[tuple[str, str, str]], r2_path: str, out_dir: str
+) -> list[dict]:
+    """Held-out pass@1 (bootstrap 95% CI) of SFT and of each variant beside its R^2 from the
+    SFT policy, its compute per iteration and its last iteration's held-out score.
+    variant_rows: (name, eval metrics, model dir)."""
+    r2 = {row["strategy"]: row["r2"] for row in read_json(r2_path)["strategies"]}
+    rows = [_table_row("SFT", read_json(sft_eval), r2.get("unfiltered"), None)]
+    for name, eval_path, model_dir in variant_rows:
+        train_metrics = read_json(Path(model_dir) / "metrics.json")
+        rows.append(_table_row(name, read_json(eval_path), r2.get(name), train_metrics))
+    out = Path(out_dir)
+    write_csv(out / "table.csv", rows)
+    write_text(out / "table.md", markdown(rows))
+    return rows
+
+
+def _table_row(name: str, metrics: dict, r2, train: dict | None) -> dict:
+    low, high = metrics["greedy_pass@1_ci"]
+    compute = (train or {}).get("compute", {})
+    final = (train or {}).get("final_heldout", {})
+    return {
+        "method": train["label"] if train else name,
+        "pass@1": round(metrics["greedy_pass@1"], 4),
+        "ci_low": round(low, 4),
+        "ci_high": round(high, 4),
+        "n_problems": metrics["n_problems"],
+        "r2_sft": r2,
+        "queries/iter": compute.get("queries"),
+        "responses/iter": compute.get("responses"),
+        "rm_passes/iter": compute.get("rm_passes"),
+        "policy_passes/iter": compute.get("policy_passes"),
+        "critic_passes/iter": compute.get("critic_passes"),
+        "best_iteration": (train or {}).get("best_iteration"),
+        # The last iteration's policy on the held-out train prompts (the test-split pass@1
+        # above is the best iteration's, which is the SFT policy when no iteration beat it).
+        "final_heldout_pass": final.get("heldout_pass"),
+        "final_heldout_reward": _rounded(final.get("heldout_reward")),
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

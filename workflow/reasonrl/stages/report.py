@@ -1,4 +1,5 @@
-"""results/report/: tables and plots of every evaluation (and of SFT training)."""
+"""Stage of workflow/rules/report.smk: results/report/, tables and plots of every evaluation
+(and of SFT training)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ REQUIRED_KEYS = ("policy", "task", "greedy_pass@1", "greedy_pass@1_ci")
 LOSS_SMOOTHING = 10
 
 
-def write_report(
+def report(
     metrics_paths: list[str], out_dir: str, train_metrics_paths: list[str] | None = None
 ) -> None:
     """Write summary.csv/.md, pass_at_1.png, pass_at_k.png, sft_loss.png (when training

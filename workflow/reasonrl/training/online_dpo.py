@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.sequences import MaskedSequence, pad_sequences, sequence_logps
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOSettings,
@@ -32,13 +33,7 @@ from reasonrl.training.ppo import (
     normalise,
     token_rewards,
 )
-from reasonrl.training.preference import (
-    LossSettings,
-    MaskedSequence,
-    PreferenceObjective,
-    pad_sequences,
-    sequence_logps,
-)
+from reasonrl.training.preference import LossSettings, PreferenceObjective
 
 TRUNCATED = ("turn_token_cap", "total_token_cap")
 
