@@ -25,6 +25,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check .
 	$(BIN)/snakemake --lint
+	$(BIN)/lint-imports
 
 # A fixed hash seed keeps the edge order, so an unchanged DAG gives an unchanged file.
 dag: setup graphviz

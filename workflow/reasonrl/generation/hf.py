@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
-from reasonrl.generation import Completion, SamplingParams
+from reasonrl.generation.engine import Completion, SamplingParams
 from reasonrl.models import end_of_turn_ids, load_policy, on_model_device
 
 if TYPE_CHECKING:
