@@ -47,7 +47,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 
 def validate_config(raw: dict | None, source: str = "config", stage: bool = False) -> dict:
-    """Validate a config dict against workflow/schemas/config.schema.yaml; return it with defaults.
+    """Validate a config dict against schemas/config.schema.yaml; return it with defaults.
 
     `stage`: a rule's reduced config (--config-json), where a missing section is one the
     stage does not read, not a default to check others against.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.resources
 import json
 import os
 import tempfile
@@ -16,8 +17,6 @@ import jsonschema
 import yaml
 
 from reasonrl.errors import ReasonRLError
-
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
 
 @contextlib.contextmanager
@@ -63,9 +62,9 @@ def read_json(path: str | os.PathLike) -> Any:
 
 @cache
 def load_schema(name: str) -> dict:
-    """Load `workflow/schemas/<name>.schema.yaml`."""
-    with open(SCHEMA_DIR / f"{name}.schema.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    """Load the package's `schemas/<name>.schema.yaml` (package data: any install finds it)."""
+    resource = importlib.resources.files("reasonrl") / "schemas" / f"{name}.schema.yaml"
+    return yaml.safe_load(resource.read_text(encoding="utf-8"))
 
 
 def _validator(schema_name: str) -> jsonschema.protocols.Validator:
