@@ -7,10 +7,12 @@ import logging
 import signal
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_text
+from reasonrl.io import read_json, read_jsonl, write_json, write_text
+from reasonrl.tables import frame, markdown, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -171,36 +173,46 @@ def online_dpo_table(rows_in: list[tuple[str, str, str]], out_dir: str) -> list[
             }
         )
     write_json(out / "table.json", rows)
-    write_csv(out / "table.csv", rows)
+    write_csv(frame(rows), out / "table.csv")
     write_text(out / "table.md", _markdown(rows))
     _plot([(label, train["history"]) for label, train, _ in runs], out / "plot.png")
     return rows
 
 
 def _markdown(rows: list[dict]) -> str:
-    head = (
-        "| method | mode | N | steps | final reward | KL | held-out pass@1 (95% CI) "
-        "| wall-clock s | gen s | train s | ideal speedup (sync timings) | achieved speedup |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
-    )
+    table = frame(rows)
 
     def cell(value) -> str:
         return "" if value is None else f"{value}"
 
-    lines = [
-        f"| {r['method']} | {r['mode']} | {r['off_policy']} | {r['steps']} | {r['final_reward']}"
-        f" | {r['final_kl']} | {r['pass@1']:.3f} [{r['pass@1_ci_low']:.3f}, "
-        f"{r['pass@1_ci_high']:.3f}] | {r['wall_seconds']:.1f} | {r['gen_seconds']:.1f}"
-        f" | {r['train_seconds']:.1f} | {cell(r['ideal_speedup'])}"
-        f" | {cell(r['achieved_speedup'])} |"
-        for r in rows
-    ]
+    def seconds(column: str) -> pd.Series:
+        return table[column].map("{:.1f}".format)
+
+    shown = pd.DataFrame(
+        {
+            "method": table["method"],
+            "mode": table["mode"],
+            "N": table["off_policy"],
+            "steps": table["steps"],
+            "final reward": table["final_reward"],
+            "KL": table["final_kl"],
+            "held-out pass@1 (95% CI)": [
+                f"{r['pass@1']:.3f} [{r['pass@1_ci_low']:.3f}, {r['pass@1_ci_high']:.3f}]"
+                for r in rows
+            ],
+            "wall-clock s": seconds("wall_seconds"),
+            "gen s": seconds("gen_seconds"),
+            "train s": seconds("train_seconds"),
+            "ideal speedup (sync timings)": table["ideal_speedup"].map(cell),
+            "achieved speedup": table["achieved_speedup"].map(cell),
+        }
+    )
     note = (
         "\nFinal reward and KL: mean of the last quarter of the steps. KL: mean log-ratio of "
         "the sampling policy to the SFT reference on the samples. Achieved speedup: the first "
         "sync run's wall-clock over this run's.\n"
     )
-    return head + "\n".join(lines) + "\n" + note
+    return markdown(shown) + note
 
 
 def _plot(runs: list[tuple[str, list[dict]]], path: Path) -> None:

@@ -35,10 +35,8 @@ from reasonrl.io import (
     atomic_path,
     read_json,
     read_jsonl,
-    write_csv,
     write_json,
     write_jsonl,
-    write_text,
 )
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
@@ -47,6 +45,7 @@ from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.sequences import action_logps
 from reasonrl.stages._train import TrainingRun
+from reasonrl.tables import frame, write_table
 from reasonrl.training.filtration import (
     FilterSpec,
     r_squared,
@@ -447,18 +446,10 @@ def ppo_r2(
     write_jsonl(out / "samples.jsonl", rows, schema="trajectory")
     write_json(out / "rewards.json", {"rewards": rewards})
     write_json(out / "r2.json", {"strategies": table, "bins": points})
-    write_csv(out / "r2.csv", table)
-    write_text(out / "r2.md", markdown(table))
+    write_table(frame(table), out / "r2.csv", out / "r2.md")
     plot_bins(points, out / "score_by_reward_bin.png")
     provenance.write(out, {"samples": len(rows), "strategies": len(table)})
     return table
-
-
-def markdown(rows: list[dict]) -> str:
-    header = "| " + " | ".join(rows[0]) + " |"
-    lines = [header, "|" + " --- |" * len(rows[0])]
-    lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def plot_bins(points: list[dict], path: Path) -> None:
@@ -493,8 +484,7 @@ def ppo_table(
         train_metrics = read_json(Path(model_dir) / "metrics.json")
         rows.append(_table_row(name, read_json(eval_path), r2.get(name), train_metrics))
     out = Path(out_dir)
-    write_csv(out / "table.csv", rows)
-    write_text(out / "table.md", markdown(rows))
+    write_table(frame(rows), out / "table.csv", out / "table.md")
     return rows
 
 

@@ -10,8 +10,9 @@ import logging
 from pathlib import Path
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl, write_text
+from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from reasonrl.manifest import Provenance
+from reasonrl.tables import frame, write_table
 
 log = logging.getLogger(__name__)
 
@@ -380,9 +381,5 @@ def preference_table(
     for row in rows:
         row["ci_above_baseline"] = row["ci_low"] > baseline_high
     out = Path(out_dir)
-    write_csv(out / "table.csv", rows)
-    header = "| " + " | ".join(rows[0]) + " |"
-    lines = [header, "|" + " --- |" * len(rows[0])]
-    lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
-    write_text(out / "table.md", "\n".join(lines) + "\n")
+    write_table(frame(rows), out / "table.csv", out / "table.md")
     return rows

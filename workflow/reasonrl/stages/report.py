@@ -12,7 +12,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.io import atomic_path, read_json, write_csv, write_text
+from reasonrl.io import atomic_path, read_json, write_text
+from reasonrl.tables import frame, markdown, write_csv
 
 REQUIRED_KEYS = ("policy", "task", "greedy_pass@1", "greedy_pass@1_ci")
 # moving-average window of the plotted SFT loss; per-step losses are noisy
@@ -32,7 +33,7 @@ def report(
     out = Path(out_dir)
     ks = sorted({_k_of(key) for m in evaluations for key in m if key.startswith("pass@")})
     rows = [_summary_row(m, ks) for m in evaluations]
-    write_csv(out / "summary.csv", rows)
+    write_csv(frame(rows), out / "summary.csv")
     table = _markdown_table(rows)
     write_text(out / "summary.md", table)
     _save(_pass_at_1_figure(evaluations), out / "pass_at_1.png")
@@ -82,16 +83,17 @@ def _summary_row(metrics: dict[str, Any], ks: list[int]) -> dict[str, Any]:
 
 
 def _markdown_table(rows: list[dict[str, Any]]) -> str:
-    columns = ["policy", "task", "n_problems", "n_samples", "greedy pass@1 [95% CI]"]
-    columns += [c for c in rows[0] if "@" in c and c != "greedy_pass@1"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    for row in rows:
-        cells = [str(row["policy"]), str(row["task"]), _cell(row["n_problems"])]
-        cells.append(_cell(row["n_samples"]))
-        cells.append(f"{row['greedy_pass@1']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
-        cells += [_cell(row[c]) for c in columns[5:]]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    table = frame(rows)
+    sampled = [c for c in table.columns if "@" in c and c != "greedy_pass@1"]
+    shown = table[["policy", "task"]].copy()
+    shown["n_problems"] = table["n_problems"].map(_cell)
+    shown["n_samples"] = table["n_samples"].map(_cell)
+    shown["greedy pass@1 [95% CI]"] = [
+        f"{row['greedy_pass@1']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" for row in rows
+    ]
+    for column in sampled:
+        shown[column] = table[column].map(_cell)
+    return markdown(shown)
 
 
 def _cell(value: Any) -> str:

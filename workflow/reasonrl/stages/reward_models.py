@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification
 
+from reasonrl import tables
 from reasonrl.chat import render
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
@@ -56,6 +57,7 @@ from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.search import best_of_n_metrics, run_hgs, sample_then_filter
 from reasonrl.stages._train import TrainingRun
+from reasonrl.tables import frame, markdown
 from reasonrl.tasks import is_code_task
 from reasonrl.tasks.grading import extract_answer, normalize_answer
 from reasonrl.tool_steps import ToolStepModel
@@ -553,14 +555,8 @@ def _fmt(value) -> str:
 
 
 def _markdown(rows: list[dict], columns: list[str]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    for row in rows:
-        cells = [
-            _fmt(row[c]) if row[c] is None or isinstance(row[c], float) else str(row[c])
-            for c in columns
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    shown = frame(rows)[columns]
+    return markdown(shown.map(lambda v: _fmt(v) if v is None or isinstance(v, float) else v))
 
 
 def best_of_n_rows(paths: list[str]) -> list[dict]:
@@ -622,9 +618,9 @@ def reward_tables(best_of_n: list[str], hgs: list[str], prms: list[str], out_dir
     bon = best_of_n_rows(best_of_n)
     search = hgs_rows(hgs)
     prm = prm_rows(prms)
-    write_csv(out / "best_of_n.csv", bon)
-    write_csv(out / "hgs.csv", search or [{"task": "", "method": ""}])
-    write_csv(out / "prm_precision_recall.csv", prm or [{"prm": ""}])
+    tables.write_csv(frame(bon), out / "best_of_n.csv")
+    tables.write_csv(frame(search or [{"task": "", "method": ""}]), out / "hgs.csv")
+    tables.write_csv(frame(prm or [{"prm": ""}]), out / "prm_precision_recall.csv")
     text = ["# Reward models and search", "", "## Best-of-N (accuracy, 95% bootstrap CI)", ""]
     for row in bon:
         row["ci"] = "" if row["ci_low"] is None else f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
