@@ -54,6 +54,22 @@ class RoundStore:
             shutil.rmtree(self.folder)
 
 
+def best_worst_pairs(
+    rewards: list[float], k: int
+) -> tuple[list[tuple[int, int]], list[float], int]:
+    """The DPO pair of each prompt's k samples (consecutive rows): (best, worst) row indices,
+    their reward margins, and how many prompts had no pair (all rewards tied)."""
+    pairs, margins, ties = [], [], 0
+    for start in range(0, len(rewards), k):
+        choice = best_worst(rewards[start : start + k])
+        if choice is None:
+            ties += 1
+            continue
+        pairs.append((start + choice.best, start + choice.worst))
+        margins.append(choice.margin)
+    return pairs, margins, ties
+
+
 class OnlineBatches:
     """micro_batch(i) and on_step(...) for the shared loop, fed by the generator."""
 
@@ -113,14 +129,7 @@ class OnlineBatches:
             ref = summed_logps(self.reference_model, seqs, pad)
         rewards = [row["reward"] for row in rows]
         behaviour = [row["behaviour_logp"] for row in rows]
-        pairs, margins, ties = [], [], 0
-        for start in range(0, len(rows), k):
-            choice = best_worst(rewards[start : start + k])
-            if choice is None:
-                ties += 1
-                continue
-            pairs.append((start + choice.best, start + choice.worst))
-            margins.append(choice.margin)
+        pairs, margins, ties = best_worst_pairs(rewards, k)
         if self.section["loss"] == "dpo":
             batch = dpo_batch(seqs, ref, pairs, pad)
         elif self.section["loss"] == "ppo":

@@ -235,6 +235,9 @@ class PPORun:
 
     # --- the buffer -------------------------------------------------------------------------
     def fill_buffer(self, iteration: int, info: dict) -> dict[str, torch.Tensor]:
+        """One iteration's experience, in order: generate with the live policy -> score with
+        the reward -> filter (PF-PPO) -> old log-probs, values, per-token rewards and GAE
+        advantages (`experience`). The loop then updates on it for ppo_epochs epochs."""
         s = self.section
         problems = self.iteration_prompts(iteration)
         n = 1 if self.variant.filter.name == "ppo-s" else s["responses_per_prompt"]
@@ -257,10 +260,12 @@ class PPORun:
             reward_sampled=float(flat.mean()),
             reward_buffer=float(flat[picked].mean()),
         )
-        return self._tensors([rows[j]["messages"] for j in picked], normalised[picked])
+        return self.experience([rows[j]["messages"] for j in picked], normalised[picked])
 
     @torch.no_grad()
-    def _tensors(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
+    def experience(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
+        """The buffer of kept trajectories: the behaviour policy's log-probs and values, the
+        SFT reference's log-probs, per-token rewards (score minus the KL penalty) and GAE."""
         s = self.section
         chats = [tokenize_chat(self.tokenizer, m, s["max_length"]) for m in messages]
         width = max(len(c.input_ids) for c in chats)
