@@ -1,1 +1,2 @@
-"""Online RLHF (asynchronous RLHF paper): generator process, learner, stages."""
+"""Asynchronous online DPO (asynchronous RLHF paper): the generator process and the learner
+batches (the stage is stages.online_dpo, the losses training.online_dpo)."""

@@ -1,4 +1,4 @@
-"""Online RLHF losses on freshly sampled trajectories (asynchronous RLHF paper).
+"""Asynchronous online DPO losses on freshly sampled trajectories (asynchronous RLHF paper).
 
 - Online DPO: per prompt, the best and the worst of K samples by reward make the pair (ties
   dropped and counted); the loss is the DPO loss of reasonrl.training.preference against a
