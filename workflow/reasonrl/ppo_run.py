@@ -1,0 +1,370 @@
+"""One PPO / PF-PPO run on the shared training loop: its models, prompts and experience.
+
+The loop sees PPO as one more loss (training.ppo.PPOObjective) and one more batch source:
+micro-batch i belongs to iteration i // steps_per_iteration; the first micro-batch of an
+iteration fills its buffer with the live policy (sample N responses per prompt through the
+rollout loop, score them, filter them, compute old log-probs, values, SFT log-probs, per-token
+rewards and GAE), then the iteration's micro-batches walk the buffer for `ppo_epochs` epochs.
+Checkpoints fall on iteration boundaries, so a resumed run refills the same buffer from the
+same policy and seeds: exact resume.
+
+Compute accounting rides in each step's stats (summed per iteration in metrics.json):
+queries, responses, reward-model passes, policy and critic forward-backward passes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reasonrl.chat import tokenize_chat
+from reasonrl.errors import ReasonRLError
+from reasonrl.generation import SamplingParams
+from reasonrl.generation.hf import HFEngine
+from reasonrl.io import atomic_path
+from reasonrl.models import load_policy
+from reasonrl.rewards.sequence import SequenceScorer
+from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.sandbox import Sandbox
+from reasonrl.sequences import action_logps
+from reasonrl.training.filtration import (
+    FilterSpec,
+    r_squared,
+    reward_bins,
+    select,
+    selection_probabilities,
+)
+from reasonrl.training.ppo import (
+    PolicyCritic,
+    PPOObjective,
+    PPOSettings,
+    gae,
+    normalise,
+    token_rewards,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    filter: FilterSpec
+    label: str
+
+    @classmethod
+    def from_config(cls, entry: dict, section: dict) -> Variant:
+        spec = FilterSpec(
+            entry["filter"],
+            draws=section["draws_per_prompt"],
+            k=entry.get("k", 1.0),
+            top=section["thresholds"]["top"],
+            bottom=section["thresholds"]["bottom"],
+        )
+        return cls(entry["name"], spec, entry.get("label") or entry["name"])
+
+
+def find_variant(section: dict, name: str) -> Variant:
+    for entry in section["variants"]:
+        if entry["name"] == name:
+            return Variant.from_config(entry, section)
+    raise ReasonRLError(f"ppo.variants has no variant named {name!r}")
+
+
+def rows_per_iteration(variant: Variant, section: dict) -> int:
+    """Buffer rows an iteration nominally trains on (the paper's Table 4, per n queries)."""
+    prompts, n = section["prompts_per_iteration"], section["responses_per_prompt"]
+    if variant.filter.name in ("ppo-s", "ppo-m"):
+        return prompts * n
+    return prompts * section["draws_per_prompt"]
+
+
+def steps_per_iteration(variant: Variant, section: dict) -> int:
+    return section["ppo_epochs"] * math.ceil(
+        rows_per_iteration(variant, section) / section["batch_size"]
+    )
+
+
+class PPOBatches:
+    """Micro-batch i of a PPO run (see the module docstring); evaluates held-out prompts at
+    the start of each iteration and keeps the best policy's weights on disk."""
+
+    def __init__(self, run: PPORun):
+        self.run = run
+        self.iteration = -1
+        self.buffer: dict[str, torch.Tensor] = {}
+        self.info: dict[str, float] = {}
+
+    def __call__(self, index: int) -> dict[str, torch.Tensor]:
+        per = self.run.steps_per_iteration
+        iteration, step = divmod(index, per)
+        if iteration != self.iteration:
+            self.iteration = iteration
+            self.info = self.run.start_iteration(iteration, fresh=index == 0)
+            self.buffer = self.run.fill_buffer(iteration, self.info)
+        rows = len(self.buffer["input_ids"])
+        bs = min(self.run.section["batch_size"], rows)
+        per_epoch = math.ceil(rows / bs)
+        epoch, position = divmod(step, per_epoch)
+        order = list(range(rows))
+        random.Random(self.run.seed * 100_003 + iteration * 1_009 + epoch).shuffle(order)
+        chosen = order[position * bs :][:bs] or order[:bs]
+        batch = {k: v[chosen] for k, v in self.buffer.items()}
+        info = dict.fromkeys(ITERATION_KEYS, 0.0) if step else dict(self.info)
+        info.update(iteration=float(iteration), policy_passes=float(len(chosen)))
+        info["critic_passes"] = float(len(chosen))
+        batch["info"] = info
+        return batch
+
+
+ITERATION_KEYS = (
+    "queries",
+    "responses",
+    "rm_passes",
+    "buffer_rows",
+    "reward_sampled",
+    "reward_buffer",
+    "heldout_pass",
+    "heldout_reward",
+)
+
+
+class PPORun:
+    """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts."""
+
+    def __init__(self, config: dict, variant: Variant, sft: str, reward_model, problems, ckpt):
+        self.config, self.variant = config, variant
+        self.section, self.seed = config["ppo"], config["seed"]
+        dtype = config["policy"]["dtype"]
+        policy, self.tokenizer = load_policy(sft, dtype)
+        torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
+        s = self.section
+        self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"])
+        self.reference = load_policy(sft, dtype)[0].eval().requires_grad_(False)
+        self.scorer = SequenceScorer(s["reward"], reward_model, dtype, "ppo.reward")
+        held = s["heldout_prompts"]
+        if len(problems) <= held:
+            raise ReasonRLError(
+                f"ppo.heldout_prompts={held} leaves no training prompts of {len(problems)}"
+            )
+        self.train_problems = problems[: len(problems) - held]
+        self.heldout = problems[len(problems) - held :]
+        self.sandbox = Sandbox.from_config(config["sandbox"])
+        self.limits = RolloutLimits.from_config(config["rollout"])
+        self.steps_per_iteration = steps_per_iteration(variant, s)
+        self.best_path = Path(ckpt) / "best.pt"
+
+    # --- sampling ---------------------------------------------------------------------------
+    def _rollouts(self, problems, samples: int, temperature: float, seed: int) -> list[dict]:
+        policy = self.model.policy
+        engine = HFEngine(policy, self.tokenizer, self.config["generation"]["batch_size"])
+        params = SamplingParams(temperature=temperature, top_p=1.0, seed=seed)
+        try:
+            return run_rollouts(
+                engine, problems, self.section["style"], samples, params, self.limits,
+                self.sandbox, "ppo",
+            )  # fmt: skip
+        finally:
+            policy.train()
+
+    def iteration_prompts(self, iteration: int) -> list[dict]:
+        """The iteration's prompts: the next slice of a fresh seeded permutation per pass."""
+        count = self.section["prompts_per_iteration"]
+        if self.variant.filter.name == "ppo-s":  # N x the queries, one response each (Table 4)
+            count *= self.section["responses_per_prompt"]
+        size = len(self.train_problems)
+        out = []
+        for g in range(iteration * count, (iteration + 1) * count):
+            order = list(range(size))
+            random.Random(self.seed * 7 + g // size).shuffle(order)
+            out.append(self.train_problems[order[g % size]])
+        return out
+
+    def settings(self) -> PPOSettings:
+        return PPOSettings.from_config(self.section)
+
+    # --- held-out score and the best checkpoint --------------------------------------------
+    def evaluate(self, seed: int) -> dict[str, float]:
+        if not self.heldout:
+            return {"heldout_pass": 0.0, "heldout_reward": 0.0}
+        rows = self._rollouts(self.heldout, 1, 0.0, seed)
+        scores, _ = self.scorer(rows)
+        return {
+            "heldout_pass": sum(r["correct"] for r in rows) / len(rows),
+            "heldout_reward": sum(scores) / len(scores),
+        }
+
+    def start_iteration(self, iteration: int, fresh: bool) -> dict[str, float]:
+        if fresh and self.best_path.exists():
+            self.best_path.unlink()
+        info = self.evaluate(self.seed + 991)
+        self.keep_if_best(iteration, info)
+        return info
+
+    def keep_if_best(self, iteration: int, info: dict) -> None:
+        key = [info["heldout_pass"], info["heldout_reward"]]
+        if self.best_path.exists():
+            best = torch.load(self.best_path, weights_only=True)
+            if key <= best["key"]:
+                return
+        self.best_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.best_path.with_suffix(".tmp")
+        state = {k: v.clone() for k, v in self.model.policy.state_dict().items()}
+        torch.save({"key": key, "iteration": iteration, "state": state}, tmp)
+        os.replace(tmp, self.best_path)
+
+    # --- the buffer -------------------------------------------------------------------------
+    def fill_buffer(self, iteration: int, info: dict) -> dict[str, torch.Tensor]:
+        """One iteration's experience, in order: generate with the live policy -> score with
+        the reward -> filter (PF-PPO) -> old log-probs, values, per-token rewards and GAE
+        advantages (`experience`). The loop then updates on it for ppo_epochs epochs."""
+        s = self.section
+        problems = self.iteration_prompts(iteration)
+        n = 1 if self.variant.filter.name == "ppo-s" else s["responses_per_prompt"]
+        rows = self._rollouts(problems, n, s["temperature"], self.seed + 1 + iteration)
+        scores, rm_passes = self.scorer(rows)
+        groups = [scores[p * n : (p + 1) * n] for p in range(len(problems))]
+        rng = random.Random(self.seed * 31 + iteration)
+        chosen = select(self.variant.filter, groups, rng)
+        if not chosen:  # a threshold nothing reached: fall back to each prompt's best
+            log.warning("iteration %d: the filter kept nothing; keeping each best", iteration)
+            chosen = select(FilterSpec("bon", draws=1), groups, rng)
+        flat = torch.tensor(scores)
+        normalised = normalise(flat) if s["normalise_rewards"] else flat
+        picked = [p * n + i for p, i in chosen]
+        info.update(
+            queries=float(len(problems)),
+            responses=float(len(rows)),
+            rm_passes=float(rm_passes),
+            buffer_rows=float(len(picked)),
+            reward_sampled=float(flat.mean()),
+            reward_buffer=float(flat[picked].mean()),
+        )
+        return self.experience([rows[j]["messages"] for j in picked], normalised[picked])
+
+    @torch.no_grad()
+    def experience(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
+        """The buffer of kept trajectories: the behaviour policy's log-probs and values, the
+        SFT reference's log-probs, per-token rewards (score minus the KL penalty) and GAE."""
+        s = self.section
+        chats = [tokenize_chat(self.tokenizer, m, s["max_length"]) for m in messages]
+        width = max(len(c.input_ids) for c in chats)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([c.input_ids + [pad] * (width - len(c.input_ids)) for c in chats])
+        attention = torch.tensor(
+            [[1] * len(c.input_ids) + [0] * (width - len(c.input_ids)) for c in chats]
+        )
+        mask = torch.tensor([c.loss_mask + [0] * (width - len(c.loss_mask)) for c in chats])
+        device = self.model.policy.device
+        ids, attention, scores = ids.to(device), attention.to(device), scores.to(device)
+        action = mask[:, 1:].float().to(device)
+        self.model.eval()
+        old_logps, old_values, ref_logps = [], [], []
+        for start in range(0, len(chats), s["batch_size"]):
+            part = slice(start, start + s["batch_size"])
+            logps, values = self.model(ids[part], attention[part])
+            old_logps.append(logps)
+            old_values.append(values)
+            ref = self.reference(input_ids=ids[part], attention_mask=attention[part]).logits
+            ref_logps.append(action_logps(ref, ids[part]))
+        self.model.train()
+        old_logps, old_values = torch.cat(old_logps), torch.cat(old_values)
+        ref_logps = torch.cat(ref_logps)
+        rewards = token_rewards(scores, old_logps, ref_logps, action, s["kl_beta"])
+        advantages, returns = gae(rewards, old_values * action, action, s["gamma"], s["lam"])
+        if s["normalise_advantages"]:
+            advantages = normalise(advantages, action)
+        return {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "action_mask": action,
+            "old_logps": old_logps * action,
+            "old_values": old_values * action,
+            "advantages": advantages,
+            "returns": returns,
+        }
+
+
+class PPOObjectiveWithInfo(PPOObjective):
+    """PPOObjective that passes the batch's iteration info through to the loop's history."""
+
+    def __call__(self, model, batch):
+        info = batch.pop("info")
+        loss, stats = super().__call__(model, batch)
+        stats.update(info)
+        return loss, stats
+
+
+def iteration_summary(history: list[dict]) -> list[dict]:
+    """Per iteration: the counts summed over its steps, the rest from its first step."""
+    out: dict[int, dict] = {}
+    for h in history:
+        it = int(h["iteration"])
+        row = out.setdefault(it, {"iteration": it, **{k: h[k] for k in ITERATION_KEYS}})
+        for key in ("policy_passes", "critic_passes"):
+            row[key] = row.get(key, 0.0) + h[key]
+    return [out[k] for k in sorted(out)]
+
+
+def compute_totals(iterations: list[dict]) -> dict[str, float]:
+    """Per-iteration means of the paper's Table 4 counts."""
+    keys = ("queries", "responses", "rm_passes", "policy_passes", "critic_passes")
+    n = max(1, len(iterations))
+    return {k: sum(it[k] for it in iterations) / n for k in keys}
+
+
+def strategy_rows(
+    variants: list[Variant], groups: list[list[float]], scores: list[list[float]], bins: int
+) -> tuple[list[dict], list[dict]]:
+    """(one R^2 row per strategy, the reward-bin points of each) from rewards and true scores
+    grouped per prompt. Every strategy weighs each response by its selection probability;
+    bins are equal-width over the range of all rewards, shared by the strategies."""
+    flat_rewards = [r for g in groups for r in g]
+    flat_scores = [s for g in scores for s in g]
+    edges = np.linspace(min(flat_rewards), max(flat_rewards), bins + 1)
+    table, points = [], []
+    unfiltered = Variant("unfiltered", FilterSpec("ppo-m"), "unfiltered (SFT policy)")
+    for variant in [unfiltered, *variants]:
+        probs = selection_probabilities(variant.filter, groups)
+        weights = [w for g in probs for w in g]
+        rows = reward_bins(flat_rewards, flat_scores, weights, edges)
+        r2 = r_squared([b["reward"] for b in rows], [b["score"] for b in rows])
+        table.append(
+            {
+                "strategy": variant.name,
+                "label": variant.label,
+                "filter": variant.filter.name,
+                "r2": None if r2 is None else round(r2, 4),
+                "bins": len(rows),
+                "mean_score": round(float(np.average(flat_scores, weights=weights)), 4),
+            }
+        )
+        points += [{"strategy": variant.name, **b} for b in rows]
+    return table, points
+
+
+def plot_bins(points: list[dict], path: Path) -> None:
+    """Mean true score against the mean reward of each bin, one line per strategy (Fig. 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in dict.fromkeys(p["strategy"] for p in points):
+        mine = [p for p in points if p["strategy"] == name]
+        ax.plot([p["reward"] for p in mine], [p["score"] for p in mine], marker="o", label=name)
+    ax.set_xlabel("reward (bin mean)")
+    ax.set_ylabel("true score (bin mean, unit tests passed)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
