@@ -152,7 +152,7 @@ def test_ppo_resumes_exactly(tiny_policy, reward_model, problems, tmp_path, monk
     args = ("br", str(tiny_policy), str(reward_model), str(problems))
     straight = run_ppo(config, *args, tmp_path / "a")
     # Kill the run as it starts iteration 1 (after the iteration-0 checkpoint), then resume.
-    import reasonrl.stages.ppo as trainer
+    import reasonrl.ppo_run as trainer
 
     fill = trainer.PPORun.fill_buffer
 
