@@ -9,50 +9,26 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import torch
-from transformers import AutoModelForSequenceClassification
 
 from reasonrl import tables
-from reasonrl.chat import render
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl, write_text
 from reasonrl.manifest import Provenance
-from reasonrl.models import DTYPES, load_policy, load_tokenizer
 from reasonrl.rewards.annotation import annotate
 from reasonrl.rewards.models import (
     INFO_FILE,
     KINDS,
     heldout_split,
-    label_only_chat,
-    load_reward_model,
-    orm_rows,
-    prm_label_set,
-    prm_step_metrics,
 )
 from reasonrl.rewards.mutation import mutation_rows
-from reasonrl.rewards.pairs import preference_pairs
-from reasonrl.rewards.scoring import (
-    AGGREGATIONS,
-    aggregate,
-    bt_scores,
-    encode_with_label_positions,
-    label_probabilities,
-    label_token_ids,
-    orm_scores,
-    score_steps,
-    step_classes,
-    step_goodness,
-)
+from reasonrl.rewards.reranking import score_samples
 from reasonrl.rewards.steps import (
-    NEGATIVE,
-    POSITIVE,
     from_rlhflow,
-    orm_messages,
-    prm_messages,
     solution_step_texts,
     to_rlhflow,
 )
+from reasonrl.rewards.trainers import TRAINERS
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.search import best_of_n_metrics, run_hgs, sample_then_filter
@@ -61,10 +37,6 @@ from reasonrl.tables import frame, markdown
 from reasonrl.tasks import is_code_task
 from reasonrl.tasks.grading import extract_answer, normalize_answer
 from reasonrl.tool_steps import ToolStepModel
-from reasonrl.training.data import MicroBatches
-from reasonrl.training.lm_loss import masked_lm_loss
-from reasonrl.training.loop import LoopSettings
-from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
 log = logging.getLogger(__name__)
 
@@ -180,13 +152,6 @@ def mutate_code_prm(config: dict, problems_path: str, out_dir: str) -> dict:
 # ---- train_reward_model ----------------------------------------------------------------------
 
 
-def _loop_settings(section: dict, seed: int) -> LoopSettings:
-    train_section = section["train"]
-    return LoopSettings(
-        seed=seed, **{k: train_section[k] for k in LoopSettings.__dataclass_fields__ if k != "seed"}
-    )
-
-
 def train_reward_model(
     config: dict, kind: str, model_path: str, problems_path: str, data_path: str, out_dir: str
 ) -> dict:
@@ -207,9 +172,9 @@ def train_reward_model(
     if unknown:
         raise ReasonRLError(f"{data_path}: problem '{unknown[0]}' is not in {problems_path}")
     train_rows, held_rows = heldout_split(data, section["heldout_fraction"], seed)
-    trainer = {"bt": _train_bt, "orm": _train_orm, "prm": _train_prm}[kind]
+    trainer = TRAINERS[kind]
     model, tokenizer, result, info, heldout = trainer(
-        config, model_path, problems, train_rows, held_rows, run
+        config, model_path, problems, train_rows, held_rows, run.fit
     )
     metrics = run.metrics(result, {"kind": kind}, {"heldout": heldout, **info})
     info_json = {"kind": kind, **{k: v for k, v in info.items() if k == "labels"}}
@@ -217,92 +182,6 @@ def train_reward_model(
         model, tokenizer, metrics, extra_json={INFO_FILE: info_json}, summary={"heldout": heldout}
     )
     return metrics
-
-
-def _train_bt(config, model_path, problems, train_rows, held_rows, run: TrainingRun):
-    section, seed = config["reward_models"], config["seed"]
-    tokenizer = load_tokenizer(model_path)
-    torch.manual_seed(seed)  # the scalar head is initialised afresh: seeded, so reruns agree
-    model = AutoModelForSequenceClassification.from_pretrained(
-        model_path, num_labels=1, dtype=DTYPES[config["policy"]["dtype"]]
-    )
-    model.config.pad_token_id = tokenizer.pad_token_id
-    max_length = section["train"]["max_length"]
-
-    def encode(messages: list[dict]) -> list[int]:
-        ids = tokenizer(render(tokenizer, messages), add_special_tokens=False)["input_ids"]
-        return ids[-max_length:]  # keep the end: the head reads the last token
-
-    train_pairs, ties = preference_pairs(train_rows)
-    held_pairs, held_ties = preference_pairs(held_rows) if held_rows else ([], 0)
-    if train_pairs:
-        batches = PairBatches(
-            [(encode(p["chosen"]), encode(p["rejected"])) for p in train_pairs],
-            section["train"]["batch_size"],
-            tokenizer.pad_token_id,
-            seed,
-        )
-        result = run.fit(model, batches, bradley_terry_loss, _loop_settings(section, seed))
-    else:
-        # Every prompt's farthest pair was a tie (e.g. a policy that never solves anything):
-        # no preference to learn. The untrained head is still written, and the metrics say
-        # so, so that the rest of the DAG runs and the tables show it.
-        log.warning("no decisive preference pairs: the BT-RM head stays untrained")
-        result = {"history": [], "resumed_from": 0, "train_seconds": 0.0, "model": model}
-    model = result["model"].eval()
-    heldout = {"pairs": len(held_pairs), "accuracy": None}
-    if held_pairs:
-        texts = [render(tokenizer, p[side]) for p in held_pairs for side in ("chosen", "rejected")]
-        scores = bt_scores(model, tokenizer, texts)
-        wins = [won > lost for won, lost in zip(scores[::2], scores[1::2], strict=True)]
-        heldout["accuracy"] = sum(wins) / len(wins)
-    info = {"train_pairs": len(train_pairs), "tied_prompts": ties + held_ties}
-    return model, tokenizer, result, info, heldout
-
-
-def _train_label_model(config, model_path, chats, run: TrainingRun):
-    section, seed = config["reward_models"], config["seed"]
-    model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
-    samples = [label_only_chat(tokenizer, m, section["train"]["max_length"]) for m in chats]
-    batches = MicroBatches(
-        samples, section["train"]["batch_size"], tokenizer.pad_token_id, seed, False, 0
-    )
-    result = run.fit(model, batches, masked_lm_loss, _loop_settings(section, seed))
-    return result["model"].eval(), tokenizer, result
-
-
-def _train_orm(config, model_path, problems, train_rows, held_rows, run: TrainingRun):
-    section = config["reward_models"]
-    train_examples = orm_rows(problems, train_rows, section)
-    chats = [orm_messages(e["question"], e["steps"], e["label"]) for e in train_examples]
-    model, tokenizer, result = _train_label_model(config, model_path, chats, run)
-    held = orm_rows(problems, held_rows, section)
-    heldout = {"solutions": len(held), "accuracy": None}
-    if held:
-        ids = label_token_ids(tokenizer, (POSITIVE, NEGATIVE))
-        seqs = [
-            encode_with_label_positions(tokenizer, orm_messages(e["question"], e["steps"]))
-            for e in held
-        ]
-        probs = label_probabilities(model, seqs, ids, tokenizer.pad_token_id)
-        right = [
-            (float(p[-1, 0]) >= 0.5) == (e["label"] == POSITIVE)
-            for p, e in zip(probs, held, strict=True)
-        ]
-        heldout["accuracy"] = sum(right) / len(right)
-    info = {"labels": [POSITIVE, NEGATIVE], "train_solutions": len(train_examples)}
-    return model, tokenizer, result, info, heldout
-
-
-def _train_prm(config, model_path, problems, train_rows, held_rows, run: TrainingRun):
-    labels = prm_label_set(train_rows + held_rows)
-    chats = [prm_messages(r["question"], r["steps"], r["labels"]) for r in train_rows]
-    model, tokenizer, result = _train_label_model(config, model_path, chats, run)
-    heldout = {"steps": 0, "per_label": None}
-    if held_rows:
-        heldout = prm_step_metrics(model, tokenizer, held_rows, labels)
-    info = {"labels": labels, "train_rows": len(train_rows)}
-    return model, tokenizer, result, info, heldout
 
 
 # ---- best_of_n, hgs_search, score_rlhflow -----------------------------------------------------
@@ -318,47 +197,6 @@ def _group(rows: list[dict]) -> dict[str, list[dict]]:
     for row in sorted(rows, key=lambda r: r["sample"]):
         groups.setdefault(row["problem_id"], []).append(row)
     return groups
-
-
-def score_samples(
-    config: dict, problems: dict[str, dict], rows: list[dict], models: dict[str, str]
-) -> list[dict]:
-    """Every reward model's score of every sampled solution, and the PRM's step verdicts."""
-    section, dtype = config["reward_models"], config["policy"]["dtype"]
-    items = [
-        (
-            problems[r["problem_id"]]["question"],
-            solution_step_texts(problems[r["problem_id"]], r["messages"], section),
-        )
-        for r in rows
-    ]
-    scored = [
-        {
-            "problem_id": r["problem_id"],
-            "sample": r["sample"],
-            "correct": r["correct"],
-            "scores": {},
-        }
-        for r in rows
-    ]
-    for kind, folder in models.items():
-        model, tokenizer, info = load_reward_model(folder, dtype)
-        if kind == "bt":
-            values = bt_scores(model, tokenizer, [render(tokenizer, r["messages"]) for r in rows])
-            for s, v in zip(scored, values, strict=True):
-                s["scores"]["bt"] = v
-        elif kind == "orm":
-            for s, v in zip(scored, orm_scores(model, tokenizer, items), strict=True):
-                s["scores"]["orm"] = v
-        else:
-            labels = info["labels"]
-            probs = score_steps(model, tokenizer, items, labels)
-            for s, p in zip(scored, probs, strict=True):
-                goodness = step_goodness(p, labels)
-                for how in AGGREGATIONS:
-                    s["scores"][f"prm-{how}"] = aggregate(goodness, how)
-                s["step_labels"] = step_classes(p, labels, section["hgs"]["neutral_band"])
-    return scored
 
 
 def best_of_n(
