@@ -31,6 +31,10 @@ from reasonrl.tasks.sampling import draw_splits
 
 ARITH = {"kind": "arith", "train_size": 300, "test_size": 60, "min_ops": 2, "max_ops": 4}
 PYCODE = {"kind": "pycode", "train_size": 200, "test_size": 40}
+FIRST_DEFAULT_TEST_QUESTION = (
+    "Ben starts with 80 cards. Ben sells 77 cards. Ben sells 2 cards. "
+    "Ben buys 3 jars with 48 cards in each. How many cards does Ben have now?"
+)
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
 
 
@@ -114,6 +118,33 @@ def test_arith_respects_difficulty_knobs():
         assert max(int(n) for n in re.findall(r"\d+", row["question"])) <= 30
     ops = {row["meta"]["num_ops"] for row in build_problems("arith", ARITH, seed=0)[0]}
     assert ops == {2, 3, 4}
+
+
+def test_arith_distractors_change_nothing_and_the_solution_says_so():
+    import random
+    from dataclasses import replace
+
+    from reasonrl.tasks.arith import random_problem
+
+    settings = {**ARITH, "min_distractors": 1, "max_distractors": 2}
+    train, test = build_problems("arith", settings, seed=0)
+    assert {row["meta"]["num_distractors"] for row in train} == {1, 2}
+    for index in range(200):
+        problem = random_problem(random.Random(index), 3, 99, num_distractors=2)
+        plain = replace(problem, distractors=())
+        assert run_program(problem.program()) == run_program(plain.program())
+        assert len(problem.sentences()) == len(plain.sentences()) + 2
+        for distractor in problem.distractors:
+            assert distractor.other != problem.name
+            assert f"this is about {distractor.other}, not {problem.name}" in problem.program()
+            assert f"That is about {distractor.other}" in problem.cot("0")
+
+
+def test_arith_without_distractors_draws_what_it_drew_before_the_knob():
+    """The first default-config test problem, pinned: max_distractors 0 draws nothing more."""
+    _, test = build_problems("arith", {"kind": "arith"}, seed=0)
+    assert test[0]["meta"]["num_distractors"] == 0
+    assert test[0]["question"] == FIRST_DEFAULT_TEST_QUESTION
 
 
 def _program(row):

@@ -62,6 +62,10 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     for name, task in filled["tasks"].items():
         if task["min_ops"] > task["max_ops"]:
             raise ReasonRLError(f"{source}: config key 'tasks.{name}.min_ops' exceeds max_ops")
+        if task["min_distractors"] > task["max_distractors"]:
+            raise ReasonRLError(
+                f"{source}: config key 'tasks.{name}.min_distractors' exceeds max_distractors"
+            )
     # Only sections the input gives, and not in a stage's config: it holds at most its own
     # task (the workflow checked the whole config before it reduced it).
     for section in ("sft", "evaluation"):
