@@ -63,7 +63,9 @@ def code_eval(args: argparse.Namespace, config: dict) -> None:
 def report(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.report import report as run
 
-    run(args.metrics, args.out_dir, train_metrics_paths=args.train_metrics or [])
+    arms = dict(_name_value(item, "--arm") for item in args.arm or [])
+    best = dict(_name_value(item, "--best") for item in args.best or [])
+    run(args.metrics, args.out_dir, args.train_metrics or [], config["comparisons"], arms, best)
 
 
 def augment_prompts(args: argparse.Namespace, config: dict) -> None:
@@ -287,9 +289,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, nargs="+", default=[1, 10, 100], help="k of pass@k")
     p.add_argument("--timeout", type=float, help="seconds per sample (default: the suite's)")
     p.add_argument("--out-dir", required=True)
-    p = stage("report", report, "tables and plots of all evaluations")
+    p = stage("report", report, "tables and plots of all evaluations; declared comparisons")
     p.add_argument("--metrics", nargs="+", required=True)
     p.add_argument("--train-metrics", nargs="*")
+    p.add_argument("--arm", action="append", help="POLICY=TRAJECTORIES of a comparison arm")
+    p.add_argument("--best", action="append", help="METHOD=BEST_JSON (select-best's pick)")
     p.add_argument("--out-dir", required=True)
     p = stage("augment-prompts", augment_prompts, "rephrased/backward prompts, dedup, decontam")
     p.add_argument("--task", required=True)

@@ -89,6 +89,8 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     _check_reward_models(raw or {}, filled, source, stage)
     _check_online(filled["online_dpo"], source)
     _check_ppo(raw or {}, filled, source)
+    if "comparisons" in (raw or {}) and not stage:
+        _check_comparisons(filled, source)
     return filled
 
 
@@ -195,6 +197,42 @@ def _check_ppo(raw: dict, filled: dict, source: str) -> None:
         raise ReasonRLError(
             f"{source}: config key 'ppo.task' names '{section['task']}', which is not under 'tasks'"
         )
+
+
+def evaluated_arms(config: dict) -> dict[str, list[str]]:
+    """Every policy the workflow evaluates on a test split -> the tasks it is evaluated on:
+    the arms a declared comparison may name (METHOD-best is the round the held-out selection
+    picked)."""
+    tasks = config["evaluation"]["tasks"]
+    arms = {"base": tasks}
+    for name, policy in sft_policies(config).items():
+        arms[f"sft-{name}"] = (
+            [t for t in tasks if t in policy["tasks"]] if policy["own_tasks"] else tasks
+        )
+    for variant in config["preference"]["variants"]:
+        rounds = range(1, variant["rounds"] + 1)
+        arms.update((f"{variant['name']}-round{r}", tasks) for r in rounds)
+        arms[f"{variant['name']}-best"] = tasks
+    for section, prefix in (("online_dpo", "online"), ("ppo", "ppo")):
+        for variant in config[section]["variants"]:
+            arms[f"{prefix}-{variant['name']}"] = [config[section]["task"]]
+    return arms
+
+
+def _check_comparisons(config: dict, source: str) -> None:
+    """Declared comparisons: unique names, two arms the workflow evaluates on the task."""
+    declared = config["comparisons"]["declared"]
+    names = [c["name"] for c in declared]
+    arms = evaluated_arms(config)
+    for index, comparison in enumerate(declared):
+        _reject_repeat(names, comparison["name"], "comparisons.declared", source)
+        for side in ("a", "b"):
+            arm = comparison[side]
+            if comparison["task"] not in arms.get(arm, []):
+                raise ReasonRLError(
+                    f"{source}: config key 'comparisons.declared.{index}.{side}': "
+                    f"'{arm}' is not a policy this config evaluates on '{comparison['task']}'"
+                )
 
 
 def load_config(path: str | Path | None = None, json_text: str | None = None) -> dict:

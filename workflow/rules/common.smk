@@ -485,3 +485,61 @@ def ppo_table_rows(wildcards, input):
 def ppo_targets():
     """The PPO table when ppo.variants names any variant, else nothing."""
     return ["results/report/ppo/table.md"] if ppo_variants() else []
+
+
+# --- Declared comparisons (the report rule) -------------------------------------------------------
+
+COMPARISONS = config["comparisons"]["declared"]
+
+
+def comparison_policies(arm):
+    """The policies whose test trajectories an arm needs: METHOD-best needs every round of
+    the method and the SFT start, since the held-out selection picks among them."""
+    if arm.endswith("-best"):
+        method = arm.removesuffix("-best")
+        return [round_policy(method, r) for r in [0, *preference_rounds(method)]]
+    return [arm]
+
+
+def comparison_arms():
+    """(policy, test trajectories) of every arm of every declared comparison."""
+    arms = {}
+    for comparison in COMPARISONS:
+        for side in ("a", "b"):
+            for policy in comparison_policies(comparison[side]):
+                arms[policy] = (
+                    f"results/eval/{policy}/{comparison['task']}/trajectories.jsonl"
+                )
+    return arms
+
+
+def comparison_best_files():
+    methods = {
+        c[side].removesuffix("-best")
+        for c in COMPARISONS
+        for side in ("a", "b")
+        if c[side].endswith("-best")
+    }
+    return {m: f"results/selection/{m}-best/best.json" for m in sorted(methods)}
+
+
+def comparison_args(wildcards, input):
+    arms = [f"{policy}={path}" for policy, path in comparison_arms().items()]
+    best = [f"{method}={path}" for method, path in comparison_best_files().items()]
+    return f"{repeated_flag('--arm', arms)} {repeated_flag('--best', best)}"
+
+
+def comparison_outputs():
+    """The report's comparison files when the config declares comparisons, else none."""
+    if not COMPARISONS:
+        return {}
+    files = {
+        f"comparisons_{kind}": f"results/report/comparisons.{kind}"
+        for kind in ("json", "csv", "md")
+    }
+    files["comparisons_plot"] = report(
+        "results/report/comparisons.png",
+        caption="../report/comparisons.rst",
+        category="Comparisons",
+    )
+    return files
