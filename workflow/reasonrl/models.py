@@ -22,6 +22,7 @@ from transformers import (
 
 from reasonrl.chat import CHATML_TEMPLATE
 from reasonrl.errors import ReasonRLError
+from reasonrl.io import follow_umask
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ def save_folder_atomically(out_dir: str | Path, save) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         save(tmp)
+        follow_umask(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
