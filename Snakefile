@@ -2,8 +2,23 @@
 # build (or convert) base policy -> make task data -> SFT (tool, cot) -> evaluate -> report
 import sys
 
-from reasonrl.config import validate_config
+from reasonrl.config import read_yaml, validate_config
 from reasonrl.errors import ReasonRLError
+
+
+def exit_with(err):
+    """One line and status 2, as the reasonrl command gives for bad input."""
+    print(f"reasonrl: error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+# Snakemake's own message for a malformed config file names neither the file nor the line.
+try:
+    read_yaml("config/config.yaml")
+except FileNotFoundError:
+    pass  # a --configfile stands in for it
+except ReasonRLError as err:
+    exit_with(err)
 
 
 configfile: "config/config.yaml"
@@ -17,7 +32,7 @@ config_files = " + ".join(map(str, workflow.configfiles)) or "config"
 try:
     config.update(validate_config(config, config_files))
 except ReasonRLError as err:
-    sys.exit(f"reasonrl: error: {err}")
+    exit_with(err)
 
 
 include: "workflow/rules/common.smk"
