@@ -1,16 +1,7 @@
 # reasonrl: post-train language models for math and code reasoning.
 # build (or convert) base policy -> make task data -> SFT (tool, cot) -> evaluate -> report
-import sys
-
 from reasonrl.config import read_yaml, validate_config
-from reasonrl.errors import ReasonRLError
-
-
-def exit_with(err):
-    """One line and status 2, as the reasonrl command gives for bad input."""
-    print(f"reasonrl: error: {err}", file=sys.stderr)
-    sys.exit(2)
-
+from reasonrl.errors import ReasonRLError, exit_with
 
 # Snakemake's own message for a malformed config file names neither the file nor the line.
 try:

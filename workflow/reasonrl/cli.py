@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 from reasonrl.config import load_config
 from reasonrl.containers.build import add_parser as add_containers_parser
-from reasonrl.errors import ReasonRLError
+from reasonrl.errors import ReasonRLError, exit_with
 from reasonrl.interrupts import one_line_on_interrupt
 
 log = logging.getLogger("reasonrl")
@@ -431,8 +430,7 @@ def main(argv: list[str] | None = None) -> None:
             _quiet_libraries()  # after the config: a bad one is reported without the import
             args.func(args, config)
         except ReasonRLError as err:
-            print(f"reasonrl: error: {err}", file=sys.stderr)
-            sys.exit(2)
+            exit_with(err)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -16,7 +15,7 @@ from snakemake.exceptions import WorkflowError
 from reasonrl.config import BUILT_BASES, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
-from reasonrl.errors import ReasonRLError
+from reasonrl.errors import ReasonRLError, exit_with
 
 
 wildcard_constraints:
