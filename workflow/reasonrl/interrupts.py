@@ -24,7 +24,8 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise(signum: int, frame) -> None:
+def raise_interrupted(signum: int, frame) -> None:
+    """A signal handler: stop as Ctrl-C does, remembering which signal asked."""
     raise Interrupted(signum)
 
 
@@ -39,7 +40,7 @@ def one_line_on_interrupt(prog: str) -> Iterator[None]:
     previous = {signum: signal.getsignal(signum) for signum in HANDLED}
     for signum, handler in previous.items():
         if handler is not signal.SIG_IGN:
-            signal.signal(signum, _raise)
+            signal.signal(signum, raise_interrupted)
     try:
         yield
     except KeyboardInterrupt as err:
