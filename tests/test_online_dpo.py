@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from isolation import default_signals
 
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
@@ -410,7 +411,13 @@ def test_interrupt_or_kill_leaves_no_process_and_the_run_resumes(online_setup, t
     (folder / "train.jsonl").write_text((online_setup[1] / "train.jsonl").read_text())
     config = {**config, "online_dpo": {**config["online_dpo"], "steps": 6}}
     command = _cli(config, folder, online_setup[1] / "policy", "async")
-    learner = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    learner = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_signals,  # Ctrl-C as a terminal delivers it, however pytest started
+    )
     ckpt = folder / ".online-async.ckpt"
     _wait_for(lambda: any(ckpt.glob("step-*")))
     workers = _descendants(learner.pid)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from isolation import sandbox_processes
 
 from reasonrl import sandbox as sandbox_module
 from reasonrl.config import validate_config
@@ -33,19 +34,6 @@ FAST = SandboxLimits(cpu_seconds=1, wall_seconds=2, max_processes=16, max_output
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
     return Sandbox(FAST)
-
-
-def sandbox_processes() -> list[int]:
-    """Host pids running as a sandbox uid."""
-    pids = []
-    for status_file in Path("/proc").glob("[0-9]*/status"):
-        try:
-            uid = re.search(r"^Uid:\s+(\d+)", status_file.read_text(), re.MULTILINE)
-        except OSError:
-            continue  # exited while we looked
-        if uid and int(uid[1]) in SANDBOX_UIDS:
-            pids.append(int(status_file.parent.name))
-    return pids
 
 
 # --- programs that behave -------------------------------------------------------------------

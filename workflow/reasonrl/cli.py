@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 from reasonrl.config import load_config
 from reasonrl.containers.build import add_parser as add_containers_parser
-from reasonrl.errors import ReasonRLError
+from reasonrl.errors import ReasonRLError, exit_with
+from reasonrl.interrupts import one_line_on_interrupt
 
 log = logging.getLogger("reasonrl")
 
@@ -427,14 +427,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True
     )
-    _quiet_libraries()
-    try:
-        # Sub-commands that are not stages (containers ...) take no experiment config.
-        config = load_config(args.config, args.config_json) if "config" in args else {}
-        args.func(args, config)
-    except ReasonRLError as err:
-        print(f"reasonrl: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    with one_line_on_interrupt("reasonrl"):
+        try:
+            # Sub-commands that are not stages (containers ...) take no experiment config.
+            config = load_config(args.config, args.config_json) if "config" in args else {}
+            _quiet_libraries()  # after the config: a bad one is reported without the import
+            args.func(args, config)
+        except ReasonRLError as err:
+            exit_with(err)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import jsonschema
 import yaml
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.hub import names_local_path
 from reasonrl.io import load_schema
 
 
@@ -91,7 +92,25 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     _check_ppo(raw or {}, filled, source)
     if "comparisons" in (raw or {}) and not stage:
         _check_comparisons(filled, source)
+    _check_model_folders(filled, source)
     return filled
+
+
+# policy.base values a rule of the workflow builds (not a folder or hub id).
+BUILT_BASES = ("tiny", "smollm2")
+
+
+def _check_model_folders(filled: dict, source: str) -> None:
+    """A model value that names a local folder must exist: caught when the config is read
+    (the workflow's dry run included), not when the stage that loads it runs."""
+    models = {
+        "preference.prompts.rephrase_model": filled["preference"]["prompts"]["rephrase_model"]
+    }
+    if filled["policy"]["base"] not in BUILT_BASES:
+        models["policy.base"] = filled["policy"]["base"]
+    for key, name in models.items():
+        if name and names_local_path(name) and not Path(name).expanduser().is_dir():
+            raise ReasonRLError(f"{source}: config key '{key}': model folder '{name}' not found")
 
 
 def sft_policies(config: dict) -> dict[str, dict]:
@@ -235,6 +254,19 @@ def _check_comparisons(config: dict, source: str) -> None:
                 )
 
 
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's content; malformed YAML raises `path:line:column: malformed YAML: why`
+    (line and column 1-based, as editors count). FileNotFoundError passes through."""
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None)
+        reason = f": {problem}" if problem else ""
+        raise ReasonRLError(f"{path}{where}: malformed YAML{reason}") from None
+
+
 def load_config(path: str | Path | None = None, json_text: str | None = None) -> dict:
     """Load a config from a YAML file or a JSON string (as Snakemake rules pass it)."""
     if json_text is not None:
@@ -247,13 +279,9 @@ def load_config(path: str | Path | None = None, json_text: str | None = None) ->
         return validate_config({})
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = read_yaml(path)
     except FileNotFoundError:
         raise ReasonRLError(f"{path}: config file not found") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ReasonRLError(f"{path}{line}: malformed YAML") from None
     if raw is not None and not isinstance(raw, dict):
         raise ReasonRLError(f"{path}: a config must be a mapping")
     return validate_config(raw, str(path))

@@ -8,15 +8,14 @@
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from reasonrl.config import sft_policies
+from reasonrl.config import BUILT_BASES, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
-from reasonrl.errors import ReasonRLError
+from reasonrl.errors import ReasonRLError, exit_with
 
 
 wildcard_constraints:
@@ -44,8 +43,6 @@ def torch_threads(wildcards):
         return 1
 
 
-# policy.base values a rule of models.smk builds into BASE_MODEL_DIR.
-BUILT_BASES = ("tiny", "smollm2")
 # Task kinds loaded from a hub data set unless the task gives a local path.
 HUB_TASK_KINDS = ("gsm8k", "math", "mbpp")
 BASE_MODEL_DIR = "results/models/base"
@@ -300,7 +297,7 @@ def table_row_args(wildcards, input):
 try:
     IMAGE_LOCK = load_lock(Path(workflow.basedir) / config["containers"]["lock"])
 except ReasonRLError as err:
-    sys.exit(f"reasonrl: error: {err}")
+    exit_with(err)
 
 
 def rule_image(rule_name):
@@ -308,7 +305,7 @@ def rule_image(rule_name):
     try:
         return IMAGE_LOCK.stage(rule_name, config["containers"]["gpu_images"])
     except ReasonRLError as err:
-        sys.exit(f"reasonrl: error: {err}")
+        exit_with(err)
 
 
 def rule_container(rule_name):

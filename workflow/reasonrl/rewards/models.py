@@ -16,7 +16,13 @@ from transformers import AutoModelForSequenceClassification
 
 from reasonrl.chat import TokenizedChat
 from reasonrl.errors import ReasonRLError
-from reasonrl.models import DTYPES, execution_device, load_policy, load_tokenizer
+from reasonrl.models import (
+    DTYPES,
+    execution_device,
+    from_pretrained,
+    load_policy,
+    load_tokenizer,
+)
 from reasonrl.rewards.scoring import (
     encode_with_label_positions,
     label_probabilities,
@@ -110,7 +116,7 @@ def load_reward_model(folder: str | Path, dtype: str = "float32"):
         raise ReasonRLError(f"{folder}: not a reward model folder (no {INFO_FILE})")
     info = json.loads(info_path.read_text())
     if info["kind"] == "bt":
-        model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=DTYPES[dtype])
+        model = from_pretrained(AutoModelForSequenceClassification, folder, dtype=DTYPES[dtype])
         return model.to(execution_device()).eval(), load_tokenizer(folder), info
     model, tokenizer = load_policy(folder, dtype)
     return model.eval(), tokenizer, info

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from reasonrl.chat import render
-from reasonrl.models import DTYPES, load_policy, load_tokenizer
+from reasonrl.models import DTYPES, from_pretrained, load_policy, load_tokenizer
 from reasonrl.rewards.models import (
     label_only_chat,
     orm_rows,
@@ -52,8 +52,11 @@ def train_bt(config, model_path, problems, train_rows, held_rows, fit: Fit):
     section, seed = config["reward_models"], config["seed"]
     tokenizer = load_tokenizer(model_path)
     torch.manual_seed(seed)  # the scalar head is initialised afresh: seeded, so reruns agree
-    model = AutoModelForSequenceClassification.from_pretrained(
-        model_path, num_labels=1, dtype=DTYPES[config["policy"]["dtype"]]
+    model = from_pretrained(
+        AutoModelForSequenceClassification,
+        model_path,
+        num_labels=1,
+        dtype=DTYPES[config["policy"]["dtype"]],
     )
     model.config.pad_token_id = tokenizer.pad_token_id
     max_length = section["train"]["max_length"]

@@ -80,7 +80,9 @@ def code_eval(
     problems = read_jsonl(problems_path, schema="problem")
     samples = read_jsonl(samples_path)
     sandbox = Sandbox.from_config(config["sandbox"])
-    rows, metrics = evaluate_samples(problems, samples, sandbox, kind, k, timeout=timeout)
+    rows, metrics = evaluate_samples(
+        problems, samples, sandbox, kind, k, timeout=timeout, source=samples_path
+    )
     metrics.update(task=task, suite=kind)
     out = Path(out_dir)
     write_jsonl(out / "verdicts.jsonl", rows, schema="code_verdict")

@@ -11,6 +11,7 @@ import pandas as pd
 import torch
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.interrupts import raise_interrupted
 from reasonrl.io import read_json, read_jsonl, write_json, write_text
 from reasonrl.tables import frame, markdown, write_csv
 
@@ -24,11 +25,6 @@ def online_variant(config: dict, name: str) -> dict:
             return variant
     names = ", ".join(v["name"] for v in config["online_dpo"]["variants"]) or "none"
     raise ReasonRLError(f"online_dpo variant '{name}' is not in online_dpo.variants ({names})")
-
-
-def _raise_on_sigterm(signum, frame) -> None:
-    # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out.
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def online_dpo(
@@ -91,7 +87,9 @@ def online_dpo(
     objective = OnlineObjective(
         section["loss"], section["beta"], section["clip"], section["samples_per_prompt"]
     )
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out
+    # (also when called without the CLI, which does the same).
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         with GeneratorProcess(spec) as generator:
             batches = OnlineBatches(generator, store, schedule, section, tokenizer, reference)
