@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -206,6 +207,8 @@ def _interrupt(command, env, signum) -> tuple[subprocess.CompletedProcess, float
 
 
 def _row(case: Case, message: str) -> str:
+    # The default config's last line moves whenever config.yaml is edited: the doc names it.
+    message = re.sub(r"(config/config\.yaml):\d+:\d+", r"\1:LAST_LINE:1", message)
     cells = [case.name, case.given, f"`{message}`", str(case.status), f"< {case.limit_s:g}"]
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
