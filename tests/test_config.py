@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from reasonrl.config import load_config, sft_policies, validate_config
 from reasonrl.errors import ReasonRLError
@@ -154,6 +157,27 @@ def test_conda_env_pins_what_the_lock_pins():
         if line.startswith("      - ")
     }
     assert conda == lock
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_cpu_lock_holds_every_requirement_of_what_it_pins():
+    """The CPU image installs envs/lock-cpu.txt from a wheel folder with --no-index: a
+    dependency the lock forgets (statsmodels -> formulaic) fails the image build, not .venv."""
+    root = Path(__file__).resolve().parents[1]
+    lines = (root / "envs/lock-cpu.txt").read_text().splitlines()
+    locked = {_normalized(line.split("==")[0]) for line in lines if "==" in line}
+    missing = set()
+    for name in locked:
+        for text in distribution(name).requires or []:
+            requirement = Requirement(text)
+            if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            if _normalized(requirement.name) not in locked:
+                missing.add(f"{name} -> {requirement.name}")
+    assert not missing, sorted(missing)
 
 
 def test_reduced_stage_config_does_not_check_sections_it_lacks():
