@@ -21,6 +21,7 @@ from reasonrl.training.loop import (
     LoopSettings,
     LossFn,
     StepHook,
+    TrainingLoop,
     save_trained_model,
     train,
 )
@@ -62,6 +63,17 @@ class TrainingRun:
     ) -> dict:
         """The shared loop: `batches(i)` is micro-batch i, `loss_fn(model, batch)` its loss."""
         return train(model, batches, loss_fn, settings, self.checkpoints, on_step)
+
+    def start(
+        self,
+        model: torch.nn.Module,
+        loss_fn: LossFn,
+        settings: LoopSettings,
+        on_step: StepHook | None = None,
+    ) -> TrainingLoop:
+        """The shared loop, set up and resumed, for a stage that makes its data between
+        updates: it calls `run(batches, steps)` per update, then `finish()` for fit's result."""
+        return TrainingLoop(model, loss_fn, settings, self.checkpoints, on_step)
 
     def metrics(self, result: dict, identity: dict, extra: dict, timed: bool = True) -> dict:
         """metrics.json: name, the run's `identity`, steps, resume point, final loss, train
