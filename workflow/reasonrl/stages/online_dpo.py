@@ -42,7 +42,7 @@ def online_dpo(
     per-step metrics (JSON + CSV) and the manifest."""
     from reasonrl.models import load_policy
     from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
-    from reasonrl.online_dpo.learner import OnlineBatches, RoundStore
+    from reasonrl.online_dpo.learner import Learner, RoundStore, learn
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import LoopSettings
@@ -92,8 +92,10 @@ def online_dpo(
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         with GeneratorProcess(spec) as generator:
-            batches = OnlineBatches(generator, store, schedule, section, tokenizer, reference)
-            result = run.fit(model, batches, objective, settings, batches.on_step)
+            learner = Learner(generator, store, schedule, section, tokenizer, reference)
+            loop = run.start(model, objective, settings, learner.on_step)
+            learn(loop, learner, schedule)
+            result = loop.finish()
     finally:
         signal.signal(signal.SIGTERM, previous)
     identity = {"variant": variant_name}
@@ -111,8 +113,8 @@ def online_dpo(
 def timing_summary(history: list[dict]) -> dict:
     """Total wall-clock, time per phase, and the ideal async speedup from these timings."""
     gen = sum(h["gen_seconds"] for h in history)
-    # The step's own compute: its loop seconds less the wait for data.
-    train_s = sum(h["seconds"] - h["data_wait_seconds"] for h in history)
+    # The learner's own compute: each step's batch (reference log-probs, pairs) and update.
+    train_s = sum(h["seconds"] + h["reference_seconds"] for h in history)
     return {
         "wall_seconds": round(history[-1]["elapsed"], 3),
         "gen_seconds": round(gen, 3),
