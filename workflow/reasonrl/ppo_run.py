@@ -29,7 +29,6 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import atomic_path
-from reasonrl.models import load_policy
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
@@ -131,17 +130,18 @@ ITERATION_KEYS = (
 
 
 class PPORun:
-    """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts."""
+    """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts.
 
-    def __init__(self, config: dict, variant: Variant, sft: str, reward_model, problems, ckpt):
+    `models`: the SFT policy, its tokenizer and a frozen copy of it (the reference)."""
+
+    def __init__(self, config: dict, variant: Variant, models, reward_model, problems, ckpt):
         self.config, self.variant = config, variant
         self.section, self.seed = config["ppo"], config["seed"]
-        dtype = config["policy"]["dtype"]
-        policy, self.tokenizer = load_policy(sft, dtype)
+        policy, self.tokenizer, self.reference = models
         torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
         s = self.section
         self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"])
-        self.reference = load_policy(sft, dtype)[0].eval().requires_grad_(False)
+        dtype = config["policy"]["dtype"]
         self.scorer = SequenceScorer(s["reward"], reward_model, dtype, "ppo.reward")
         held = s["heldout_prompts"]
         if len(problems) <= held:

@@ -1,10 +1,10 @@
 """The one trainer set-up every training stage shares.
 
-A training stage reads its inputs, loads its model and passes its loss and batch source;
-this module owns the rest: the provenance, the checkpoint store stamped with a fingerprint
-of the inputs (so a run never resumes from a stale one), the loop call (training.loop.train:
-optimizer, schedule, exact resume), the metrics every trainer reports, and the atomic save of
-the output folder with its manifest.
+A training stage reads its inputs and passes its loss and batch source; this module owns
+the rest: loading the policy (and a frozen reference), the provenance, the checkpoint store
+stamped with a fingerprint of the inputs (so a run never resumes from a stale one), the loop
+call (training.loop: optimizer, schedule, exact resume), the metrics every trainer reports,
+and the atomic save of the output folder with its manifest.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from reasonrl.manifest import Provenance
+from reasonrl.models import load_policy
 from reasonrl.training.loop import (
     CheckpointStore,
     LoopSettings,
@@ -52,6 +53,14 @@ class TrainingRun:
         self.checkpoints = CheckpointStore(
             self.out.parent / f".{self.out.name}.ckpt", self.fingerprint
         )
+
+    def load_policy(self, model_path: str, dtype: str) -> tuple[torch.nn.Module, object]:
+        """The causal LM the run trains, on this process's device, and its tokenizer."""
+        return load_policy(model_path, dtype)
+
+    def load_reference(self, model_path: str, dtype: str) -> torch.nn.Module:
+        """A frozen copy of a policy: the fixed reference of a KL penalty or a DPO loss."""
+        return load_policy(model_path, dtype)[0].eval().requires_grad_(False)
 
     def fit(
         self,

@@ -40,7 +40,6 @@ def online_dpo(
     """Online training from `model_path` (the SFT policy, also the fixed reference), samples
     scored per online_dpo.reward (`reward_model`: the BT-RM folder); writes the HF folder with
     per-step metrics (JSON + CSV) and the manifest."""
-    from reasonrl.models import load_policy
     from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn
     from reasonrl.rewards.sequence import SequenceScorer
@@ -74,12 +73,11 @@ def online_dpo(
         threads=per_process,
         reward_model=reward_model,
     )
-    model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
+    model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
     if section["loss"] == "ppo":
         # The critic's value head on the policy's trunk: the learner holds no third model.
         model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
-    reference, _ = load_policy(model_path, config["policy"]["dtype"])
-    reference.requires_grad_(False)
+    reference = run.load_reference(model_path, config["policy"]["dtype"])
     settings = LoopSettings.from_config(
         {**section, "max_steps": section["steps"], "grad_accum": 1, "weight_decay": 0.0},
         config["seed"],

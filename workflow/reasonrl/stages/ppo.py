@@ -53,7 +53,11 @@ def ppo(
     problems = read_jsonl(problems_path, schema="problem")
     if not problems:
         raise ReasonRLError(f"{problems_path}: no problems to train on")
-    ppo_run = PPORun(config, variant, model_path, reward_model, problems, run.checkpoints.folder)
+    dtype = config["policy"]["dtype"]
+    policy, tokenizer = run.load_policy(model_path, dtype)
+    reference = run.load_reference(model_path, dtype)
+    models = (policy, tokenizer, reference)
+    ppo_run = PPORun(config, variant, models, reward_model, problems, run.checkpoints.folder)
     per = ppo_run.steps_per_iteration
     settings = LoopSettings(
         max_steps=section["iterations"] * per,
