@@ -22,7 +22,7 @@ from reasonrl.io import read_json, write_jsonl
 from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
 from reasonrl.stages.online_dpo import online_dpo as run_online
 from reasonrl.stages.online_dpo import online_dpo_table as write_online_table
-from reasonrl.stages.online_dpo import online_variant
+from reasonrl.stages.online_dpo import online_variant, timing_summary
 from reasonrl.tasks import build_problems
 from reasonrl.training.online_dpo import (
     OnlineObjective,
@@ -440,6 +440,19 @@ def test_interrupt_or_kill_leaves_no_process_and_the_run_resumes(online_setup, t
     # sampled by the resumed one, and says so).
     before_kill = metrics["history"][: metrics["resumed_from"]]
     assert [h["lag"] for h in before_kill] == [0, 1, 2, 3, 2, 3][: len(before_kill)]
+
+
+def test_learner_compute_is_each_steps_batch_and_update_not_its_wait_for_data():
+    """A step's seconds are its update; its batch (reference log-probs, pairs) is made before
+    it, and the wait for a round is neither."""
+    step = {"gen_seconds": 0.0, "weight_push_seconds": 0.0, "weight_load_seconds": 0.0}
+    step.update(generator_weight_wait_seconds=0.0, elapsed=9.0)
+    history = [
+        {**step, "seconds": 1.0, "reference_seconds": 0.5, "data_wait_seconds": 3.0},
+        {**step, "seconds": 2.0, "reference_seconds": 0.25, "data_wait_seconds": 0.0},
+    ]
+    summary = timing_summary(history)
+    assert summary["train_seconds"] == 3.75 and summary["data_wait_seconds"] == 3.0
 
 
 def test_table_compares_sync_and_async(tmp_path):

@@ -15,7 +15,13 @@ from reasonrl.chat import TokenizedChat
 from reasonrl.models import load_policy
 from reasonrl.training.data import IGNORE, MicroBatches, pack, pad_batch
 from reasonrl.training.lm_loss import masked_lm_loss
-from reasonrl.training.loop import CheckpointStore, LoopSettings, micro_batch_index, train
+from reasonrl.training.loop import (
+    CheckpointStore,
+    LoopSettings,
+    TrainingLoop,
+    micro_batch_index,
+    train,
+)
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +142,33 @@ def test_resume_continues_from_last_checkpoint_with_identical_losses(tiny, tmp_p
     assert [h["step"] for h in resumed["history"]] == list(range(1, 9))
     ref_losses = [h["loss"] for h in reference["history"]]
     assert [h["loss"] for h in resumed["history"]] == pytest.approx(ref_losses, abs=1e-6)
+
+
+def _run_in_parts(tiny, folder, crash_in_part=None) -> dict:
+    """_run's training as updates of 2 steps each, every one on its own finite batch source
+    (a method making its data between updates)."""
+    model, _ = load_policy(tiny)
+    batches = MicroBatches(_samples(30), 4, 0, seed=1, packing=True, block_size=64)
+    settings = LoopSettings(max_steps=8, lr=1e-2, grad_accum=2, checkpoint_every=2, seed=5)
+    loop = TrainingLoop(model, masked_lm_loss, settings, CheckpointStore(folder, "a"))
+    for part in range(loop.step // 2, 4):
+        if part == crash_in_part:
+            raise Crash
+        first = part * 2 * settings.grad_accum
+        own = [batches(i) for i in range(first, first + 2 * settings.grad_accum)]
+        loop.run(lambda i, own=own, first=first: own[i - first], 2)
+    return loop.finish()
+
+
+def test_the_loop_run_in_parts_is_train_and_resumes_at_its_step(tiny, tmp_path):
+    whole = _run(tiny, tmp_path / "whole")
+    with pytest.raises(Crash):
+        _run_in_parts(tiny, tmp_path / "parts", crash_in_part=3)  # checkpoint at step 6
+    parts = _run_in_parts(tiny, tmp_path / "parts")
+    assert parts["resumed_from"] == 6
+    assert [h["step"] for h in parts["history"]] == list(range(1, 9))
+    losses = [h["loss"] for h in whole["history"]]
+    assert [h["loss"] for h in parts["history"]] == pytest.approx(losses, abs=1e-6)
 
 
 def test_checkpoints_follow_the_umask(tiny, tmp_path):

@@ -1,12 +1,12 @@
 """One PPO / PF-PPO run on the shared training loop: its models, prompts and experience.
 
-The loop sees PPO as one more loss (training.ppo.PPOObjective) and one more batch source:
-micro-batch i belongs to iteration i // steps_per_iteration; the first micro-batch of an
-iteration fills its buffer with the live policy (sample N responses per prompt through the
-rollout loop, score them, filter them, compute old log-probs, values, SFT log-probs, per-token
-rewards and GAE), then the iteration's micro-batches walk the buffer for `ppo_epochs` epochs.
-Checkpoints fall on iteration boundaries, so a resumed run refills the same buffer from the
-same policy and seeds: exact resume.
+The stage (stages/ppo.py: ppo) runs the iterations; each one scores the live policy on the
+held-out prompts and keeps the best (`PPORun.start_iteration`), fills its buffer
+(`PPORun.fill_buffer`: sample N responses per prompt through the rollout loop, score them,
+filter them, compute old log-probs, values, SFT log-probs, per-token rewards and GAE), then
+updates on it: the shared loop walks the buffer for `ppo_epochs` epochs (`BufferBatches`,
+loss training.ppo.PPOObjective). Checkpoints fall on iteration boundaries, so a resumed run
+refills the same buffer from the same policy and seeds: exact resume.
 
 Compute accounting rides in each step's stats (summed per iteration in metrics.json):
 queries, responses, reward-model passes, policy and critic forward-backward passes.
@@ -29,7 +29,6 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import atomic_path
-from reasonrl.models import load_policy
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
@@ -92,33 +91,27 @@ def steps_per_iteration(variant: Variant, section: dict) -> int:
     )
 
 
-class PPOBatches:
-    """Micro-batch i of a PPO run (see the module docstring); evaluates held-out prompts at
-    the start of each iteration and keeps the best policy's weights on disk."""
+class BufferBatches:
+    """The micro-batches of one iteration's update: ppo_epochs seeded shuffles of the buffer,
+    `batch_size` rows each. Micro-batch i is the run's i-th (the loop counts over the run);
+    the iteration's first carries its counts and held-out score (`info`) into the history."""
 
-    def __init__(self, run: PPORun):
-        self.run = run
-        self.iteration = -1
-        self.buffer: dict[str, torch.Tensor] = {}
-        self.info: dict[str, float] = {}
+    def __init__(self, run: PPORun, iteration: int, buffer: dict, info: dict[str, float]):
+        self.run, self.iteration, self.buffer, self.info = run, iteration, buffer, info
+        self.first = iteration * run.steps_per_iteration
 
     def __call__(self, index: int) -> dict[str, torch.Tensor]:
-        per = self.run.steps_per_iteration
-        iteration, step = divmod(index, per)
-        if iteration != self.iteration:
-            self.iteration = iteration
-            self.info = self.run.start_iteration(iteration, fresh=index == 0)
-            self.buffer = self.run.fill_buffer(iteration, self.info)
+        step = index - self.first
         rows = len(self.buffer["input_ids"])
         bs = min(self.run.section["batch_size"], rows)
         per_epoch = math.ceil(rows / bs)
         epoch, position = divmod(step, per_epoch)
         order = list(range(rows))
-        random.Random(self.run.seed * 100_003 + iteration * 1_009 + epoch).shuffle(order)
+        random.Random(self.run.seed * 100_003 + self.iteration * 1_009 + epoch).shuffle(order)
         chosen = order[position * bs :][:bs] or order[:bs]
         batch = {k: v[chosen] for k, v in self.buffer.items()}
         info = dict.fromkeys(ITERATION_KEYS, 0.0) if step else dict(self.info)
-        info.update(iteration=float(iteration), policy_passes=float(len(chosen)))
+        info.update(iteration=float(self.iteration), policy_passes=float(len(chosen)))
         info["critic_passes"] = float(len(chosen))
         batch["info"] = info
         return batch
@@ -137,17 +130,18 @@ ITERATION_KEYS = (
 
 
 class PPORun:
-    """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts."""
+    """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts.
 
-    def __init__(self, config: dict, variant: Variant, sft: str, reward_model, problems, ckpt):
+    `models`: the SFT policy, its tokenizer and a frozen copy of it (the reference)."""
+
+    def __init__(self, config: dict, variant: Variant, models, reward_model, problems, ckpt):
         self.config, self.variant = config, variant
         self.section, self.seed = config["ppo"], config["seed"]
-        dtype = config["policy"]["dtype"]
-        policy, self.tokenizer = load_policy(sft, dtype)
+        policy, self.tokenizer, self.reference = models
         torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
         s = self.section
         self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"])
-        self.reference = load_policy(sft, dtype)[0].eval().requires_grad_(False)
+        dtype = config["policy"]["dtype"]
         self.scorer = SequenceScorer(s["reward"], reward_model, dtype, "ppo.reward")
         held = s["heldout_prompts"]
         if len(problems) <= held:

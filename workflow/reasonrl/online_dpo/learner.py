@@ -1,8 +1,9 @@
-"""The learner side of online DPO / Proximal RLOO / PPO: rounds -> micro-batches -> the shared loop.
+"""The learner side of online DPO / Proximal RLOO / PPO: rounds -> mini-batches -> updates.
 
-Micro-batch i is mini-batch i % N of round i // N. Rounds arrive from the generator and are
-also written to a rounds folder next to the checkpoints, so a resumed run replays the rounds
-it had (exact resume) and the generator only makes the missing ones.
+`learn` is the loop: optimizer step i trains on mini-batch i % N of round i // N. Rounds
+arrive from the generator and are also written to a rounds folder next to the checkpoints,
+so a resumed run replays the rounds it had (exact resume) and the generator only makes the
+missing ones.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from reasonrl.io import read_json, write_json
 from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
 from reasonrl.sequences import encode_trajectory, summed_logps, token_logps
+from reasonrl.training.loop import TrainingLoop
 from reasonrl.training.online_dpo import best_worst, dpo_batch, ppo_batch, rloo_batch
 from reasonrl.training.ppo import PolicyCritic
 
@@ -70,8 +72,8 @@ def best_worst_pairs(
     return pairs, margins, ties
 
 
-class OnlineBatches:
-    """micro_batch(i) and on_step(...) for the shared loop, fed by the generator."""
+class Learner:
+    """The learner's side of the run: rounds in, mini-batches out, weights back."""
 
     def __init__(
         self,
@@ -88,17 +90,15 @@ class OnlineBatches:
         self.section = section
         self.tokenizer = tokenizer
         self.reference_model = reference_model
-        self.rounds: dict[int, dict] = {}
         self.started = time.perf_counter()  # the wall-clock counts the generator's start-up
         self.clock_offset = 0.0
         self.pushed_once = False
 
     # -- data ---------------------------------------------------------------------------------
 
-    def _round(self, round_no: int) -> tuple[dict, float]:
-        """The round's payload and the seconds the learner waited for it."""
-        if round_no in self.rounds:
-            return self.rounds[round_no], 0.0
+    def receive(self, round_no: int) -> tuple[dict, float]:
+        """The round's samples with their rewards and the seconds the learner waited for them:
+        from the rounds folder when a resumed run had it, else from the generator (stored)."""
         t0 = time.perf_counter()
         if (self.store.folder / f"round-{round_no}.json").exists():
             payload = self.store.load(round_no)
@@ -107,12 +107,13 @@ class OnlineBatches:
             if payload["round"] != round_no:
                 raise RuntimeError(f"expected round {round_no}, got {payload['round']}")
             self.store.save(payload)
-        self.rounds = {round_no: payload}  # earlier rounds are done with
         return payload, time.perf_counter() - t0
 
-    def __call__(self, index: int) -> dict:
-        round_no, part = self.schedule.round_of(index)
-        payload, waited = self._round(round_no)
+    def minibatch(self, payload: dict, step: int, waited: float) -> dict:
+        """Optimizer step `step`'s batch from its mini-batch of the round: the reference's
+        log-probs, then the DPO pairs (best vs worst of each prompt) or the RLOO / PPO batch;
+        its metrics ride along (`waited`: the seconds this step waited for the round)."""
+        round_no, part = self.schedule.round_of(step)
         k = self.section["samples_per_prompt"]
         per_step = self.section["prompts_per_step"] * k
         rows = payload["rows"][part * per_step : (part + 1) * per_step]
@@ -149,7 +150,7 @@ class OnlineBatches:
             "kl": sum(b - r for b, r in zip(behaviour, ref, strict=True)) / len(rows),
             "ref_perplexity": math.exp(-sum(ref) / max(1, tokens)),
             "policy_version": float(version),
-            "lag": float(index - version),
+            "lag": float(step - version),
             "round": float(round_no),
             "gen_seconds": payload["gen_seconds"] if part == 0 else 0.0,
             "generator_weight_wait_seconds": payload["weight_wait_seconds"] if part == 0 else 0.0,
@@ -179,3 +180,17 @@ class OnlineBatches:
             "weight_push_seconds": now - t0,
             "elapsed": self.clock_offset + now - self.started,
         }
+
+
+def learn(loop: TrainingLoop, learner: Learner, schedule: Schedule) -> None:
+    """The online loop, from the step the loop resumed at: per round, receive its samples
+    (generated and scored in the generator process by the policy version the schedule names),
+    then per mini-batch: reference log-probs -> pairs (or the RLOO / PPO batch) -> one update.
+    After each step `learner.on_step` sends the weights a later round samples with."""
+    n = schedule.minibatches_per_round
+    for round_no in range(loop.step // n, schedule.rounds):
+        payload, waited = learner.receive(round_no)
+        for step in range(loop.step, (round_no + 1) * n):
+            batch = learner.minibatch(payload, step, waited)
+            loop.run(lambda _index, batch=batch: batch, 1)  # a one-step update on this batch
+            waited = 0.0

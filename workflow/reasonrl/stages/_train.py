@@ -1,10 +1,10 @@
 """The one trainer set-up every training stage shares.
 
-A training stage reads its inputs, loads its model and passes its loss and batch source;
-this module owns the rest: the provenance, the checkpoint store stamped with a fingerprint
-of the inputs (so a run never resumes from a stale one), the loop call (training.loop.train:
-optimizer, schedule, exact resume), the metrics every trainer reports, and the atomic save of
-the output folder with its manifest.
+A training stage reads its inputs and passes its loss and batch source; this module owns
+the rest: loading the policy (and a frozen reference), the provenance, the checkpoint store
+stamped with a fingerprint of the inputs (so a run never resumes from a stale one), the loop
+call (training.loop: optimizer, schedule, exact resume), the metrics every trainer reports,
+and the atomic save of the output folder with its manifest.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from pathlib import Path
 import torch
 
 from reasonrl.manifest import Provenance
+from reasonrl.models import load_policy
 from reasonrl.training.loop import (
     CheckpointStore,
     LoopSettings,
     LossFn,
     StepHook,
+    TrainingLoop,
     save_trained_model,
     train,
 )
@@ -52,6 +54,14 @@ class TrainingRun:
             self.out.parent / f".{self.out.name}.ckpt", self.fingerprint
         )
 
+    def load_policy(self, model_path: str, dtype: str) -> tuple[torch.nn.Module, object]:
+        """The causal LM the run trains, on this process's device, and its tokenizer."""
+        return load_policy(model_path, dtype)
+
+    def load_reference(self, model_path: str, dtype: str) -> torch.nn.Module:
+        """A frozen copy of a policy: the fixed reference of a KL penalty or a DPO loss."""
+        return load_policy(model_path, dtype)[0].eval().requires_grad_(False)
+
     def fit(
         self,
         model: torch.nn.Module,
@@ -62,6 +72,17 @@ class TrainingRun:
     ) -> dict:
         """The shared loop: `batches(i)` is micro-batch i, `loss_fn(model, batch)` its loss."""
         return train(model, batches, loss_fn, settings, self.checkpoints, on_step)
+
+    def start(
+        self,
+        model: torch.nn.Module,
+        loss_fn: LossFn,
+        settings: LoopSettings,
+        on_step: StepHook | None = None,
+    ) -> TrainingLoop:
+        """The shared loop, set up and resumed, for a stage that makes its data between
+        updates: it calls `run(batches, steps)` per update, then `finish()` for fit's result."""
+        return TrainingLoop(model, loss_fn, settings, self.checkpoints, on_step)
 
     def metrics(self, result: dict, identity: dict, extra: dict, timed: bool = True) -> dict:
         """metrics.json: name, the run's `identity`, steps, resume point, final loss, train

@@ -40,9 +40,8 @@ def online_dpo(
     """Online training from `model_path` (the SFT policy, also the fixed reference), samples
     scored per online_dpo.reward (`reward_model`: the BT-RM folder); writes the HF folder with
     per-step metrics (JSON + CSV) and the manifest."""
-    from reasonrl.models import load_policy
     from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
-    from reasonrl.online_dpo.learner import OnlineBatches, RoundStore
+    from reasonrl.online_dpo.learner import Learner, RoundStore, learn
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import LoopSettings
@@ -74,12 +73,11 @@ def online_dpo(
         threads=per_process,
         reward_model=reward_model,
     )
-    model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
+    model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
     if section["loss"] == "ppo":
         # The critic's value head on the policy's trunk: the learner holds no third model.
         model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
-    reference, _ = load_policy(model_path, config["policy"]["dtype"])
-    reference.requires_grad_(False)
+    reference = run.load_reference(model_path, config["policy"]["dtype"])
     settings = LoopSettings.from_config(
         {**section, "max_steps": section["steps"], "grad_accum": 1, "weight_decay": 0.0},
         config["seed"],
@@ -92,8 +90,10 @@ def online_dpo(
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         with GeneratorProcess(spec) as generator:
-            batches = OnlineBatches(generator, store, schedule, section, tokenizer, reference)
-            result = run.fit(model, batches, objective, settings, batches.on_step)
+            learner = Learner(generator, store, schedule, section, tokenizer, reference)
+            loop = run.start(model, objective, settings, learner.on_step)
+            learn(loop, learner, schedule)
+            result = loop.finish()
     finally:
         signal.signal(signal.SIGTERM, previous)
     identity = {"variant": variant_name}
@@ -111,8 +111,8 @@ def online_dpo(
 def timing_summary(history: list[dict]) -> dict:
     """Total wall-clock, time per phase, and the ideal async speedup from these timings."""
     gen = sum(h["gen_seconds"] for h in history)
-    # The step's own compute: its loop seconds less the wait for data.
-    train_s = sum(h["seconds"] - h["data_wait_seconds"] for h in history)
+    # The learner's own compute: each step's batch (reference log-probs, pairs) and update.
+    train_s = sum(h["seconds"] + h["reference_seconds"] for h in history)
     return {
         "wall_seconds": round(history[-1]["elapsed"], 3),
         "gen_seconds": round(gen, 3),

@@ -16,7 +16,7 @@ from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
 from reasonrl.ppo_run import (
-    PPOBatches,
+    BufferBatches,
     PPOObjectiveWithInfo,
     PPORun,
     Variant,
@@ -53,7 +53,11 @@ def ppo(
     problems = read_jsonl(problems_path, schema="problem")
     if not problems:
         raise ReasonRLError(f"{problems_path}: no problems to train on")
-    ppo_run = PPORun(config, variant, model_path, reward_model, problems, run.checkpoints.folder)
+    dtype = config["policy"]["dtype"]
+    policy, tokenizer = run.load_policy(model_path, dtype)
+    reference = run.load_reference(model_path, dtype)
+    models = (policy, tokenizer, reference)
+    ppo_run = PPORun(config, variant, models, reward_model, problems, run.checkpoints.folder)
     per = ppo_run.steps_per_iteration
     settings = LoopSettings(
         max_steps=section["iterations"] * per,
@@ -63,9 +67,12 @@ def ppo(
         log_every=per,
         seed=seed,
     )
-    result = run.fit(
-        ppo_run.model, PPOBatches(ppo_run), PPOObjectiveWithInfo(ppo_run.settings()), settings
-    )
+    loop = run.start(ppo_run.model, PPOObjectiveWithInfo(ppo_run.settings()), settings)
+    for iteration in range(loop.step // per, section["iterations"]):
+        info = ppo_run.start_iteration(iteration, fresh=iteration == 0)  # held-out score, best
+        buffer = ppo_run.fill_buffer(iteration, info)  # generate -> score -> filter -> GAE
+        loop.run(BufferBatches(ppo_run, iteration, buffer, info), per)  # the update
+    result = loop.finish()
     final = ppo_run.evaluate(seed + 991)
     ppo_run.keep_if_best(section["iterations"], final)
     best = torch.load(ppo_run.best_path, weights_only=True)

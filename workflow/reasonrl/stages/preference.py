@@ -259,7 +259,6 @@ def preference_train(
     out_dir: str,
 ) -> dict:
     """One round of a variant: its loss through the shared loop, from the previous policy."""
-    from reasonrl.models import load_policy
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import LoopSettings
     from reasonrl.training.preference import (
@@ -277,7 +276,7 @@ def preference_train(
     rows = _training_rows(variant, data_dir)
     if not rows:
         raise ReasonRLError(f"{data_dir}: no training rows for variant '{variant_name}'")
-    model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
+    model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
     family = LOSSES[variant["loss"]][0]
     batch_size = section["batch_size"]
     if family == "sft":

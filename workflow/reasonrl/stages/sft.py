@@ -5,7 +5,6 @@ from __future__ import annotations
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_jsonl
-from reasonrl.models import load_policy
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tasks import prompt_messages, solution_messages
 from reasonrl.training.data import MicroBatches
@@ -31,7 +30,7 @@ def sft(config: dict, style: str, model_path: str, train_files: list[str], out_d
     run = TrainingRun(
         "sft", out_dir, sections, [model_path, *train_files], seed, section, style, seed
     )
-    model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
+    model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
     problems = [row for path in train_files for row in read_jsonl(path, schema="problem")]
     samples = sft_samples(tokenizer, problems, style, section["max_length"])
     if not samples:

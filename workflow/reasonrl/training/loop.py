@@ -116,59 +116,95 @@ def train(
     resumed from) and after every optimizer step, whose history entry it may extend with the
     stats it returns (online trainers send the new weights to their generator there).
     """
-    accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
-    torch.manual_seed(settings.seed)
-    # A model with parts that learn at their own rates (PPO's policy and critic) names them.
-    groups = model.optimizer_groups() if hasattr(model, "optimizer_groups") else None
-    optimizer = torch.optim.AdamW(
-        groups or model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
-    )
-    scheduler = get_cosine_schedule_with_warmup(
-        optimizer, round(settings.warmup_ratio * settings.max_steps), settings.max_steps
-    )
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    step, history = 0, []
-    if accelerator.is_main_process:
-        checkpoints.discard_stale()
-    accelerator.wait_for_everyone()
-    resume = checkpoints.latest()
-    if resume is not None:
-        accelerator.load_state(str(resume))
-        state = json.loads((resume / "loop.json").read_text())
-        step, history = state["step"], state["history"]
-        log.info("resumed from %s at step %d", resume, step)
-    resumed_from = step
-    if on_step is not None:
-        on_step(step, accelerator.unwrap_model(model), history)
-    model.train()
-    started = time.perf_counter()
-    bar = tqdm(total=settings.max_steps, initial=step, desc="train", mininterval=5)
-    while step < settings.max_steps:
-        t0 = time.perf_counter()
-        stats = _optimizer_step(
-            model, micro_batch, loss_fn, settings, step, optimizer, scheduler, accelerator
+    loop = TrainingLoop(model, loss_fn, settings, checkpoints, on_step)
+    loop.run(micro_batch, settings.max_steps - loop.step)
+    return loop.finish()
+
+
+class TrainingLoop:
+    """train() in parts, for methods that make their data between updates (PPO's
+    iterations, online DPO's rounds): set up and resume, then `run` a finite batch source for
+    some steps, as often as needed, then `finish`. Micro-batch indices and checkpoints count
+    steps over the whole run, so a resumed run continues at `step` exactly."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        loss_fn: LossFn,
+        settings: LoopSettings,
+        checkpoints: CheckpointStore,
+        on_step: StepHook | None = None,
+    ):
+        self.loss_fn, self.settings, self.checkpoints = loss_fn, settings, checkpoints
+        self.on_step = on_step
+        accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
+        torch.manual_seed(settings.seed)
+        # A model with parts that learn at their own rates (PPO's policy and critic) names them.
+        groups = model.optimizer_groups() if hasattr(model, "optimizer_groups") else None
+        optimizer = torch.optim.AdamW(
+            groups or model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
         )
-        step += 1
-        stats.update(step=step, seconds=time.perf_counter() - t0)
+        scheduler = get_cosine_schedule_with_warmup(
+            optimizer, round(settings.warmup_ratio * settings.max_steps), settings.max_steps
+        )
+        self.model, self.optimizer, self.scheduler = accelerator.prepare(
+            model, optimizer, scheduler
+        )
+        self.accelerator = accelerator
+        self.step, self.history = 0, []
+        if accelerator.is_main_process:
+            checkpoints.discard_stale()
+        accelerator.wait_for_everyone()
+        resume = checkpoints.latest()
+        if resume is not None:
+            accelerator.load_state(str(resume))
+            state = json.loads((resume / "loop.json").read_text())
+            self.step, self.history = state["step"], state["history"]
+            log.info("resumed from %s at step %d", resume, self.step)
+        self.resumed_from = self.step
         if on_step is not None:
-            stats.update(on_step(step, accelerator.unwrap_model(model), history) or {})
-        history.append(stats)
-        bar.update(1)
-        if step % settings.log_every == 0 or step == settings.max_steps:
-            recent = history[-settings.log_every :]
-            mean_loss = sum(h["loss"] for h in recent) / len(recent)
-            log.info("step %d loss %.4f lr %.2e", step, mean_loss, stats["lr"])
-        if step % settings.checkpoint_every == 0 and step < settings.max_steps:
-            checkpoints.save(accelerator, step, history)
-    bar.close()
-    accelerator.wait_for_everyone()
-    return {
-        "history": history,
-        "resumed_from": resumed_from,
-        "train_seconds": time.perf_counter() - started,
-        "model": accelerator.unwrap_model(model),
-        "state_dict": _gathered_state_dict(accelerator, model),
-    }
+            on_step(self.step, accelerator.unwrap_model(self.model), self.history)
+        self.model.train()
+        self.started = time.perf_counter()
+        self.bar = tqdm(total=settings.max_steps, initial=self.step, desc="train", mininterval=5)
+
+    @property
+    def unwrapped_model(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.model)
+
+    def run(self, micro_batch: Callable[[int], Batch], steps: int) -> None:
+        """Take `steps` optimizer steps on `micro_batch(i)`, i counted over the whole run."""
+        settings, accelerator = self.settings, self.accelerator
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            stats = _optimizer_step(
+                self.model, micro_batch, self.loss_fn, settings, self.step, self.optimizer,
+                self.scheduler, accelerator,
+            )  # fmt: skip
+            self.step += 1
+            stats.update(step=self.step, seconds=time.perf_counter() - t0)
+            if self.on_step is not None:
+                stats.update(self.on_step(self.step, self.unwrapped_model, self.history) or {})
+            self.history.append(stats)
+            self.bar.update(1)
+            if self.step % settings.log_every == 0 or self.step == settings.max_steps:
+                recent = self.history[-settings.log_every :]
+                mean_loss = sum(h["loss"] for h in recent) / len(recent)
+                log.info("step %d loss %.4f lr %.2e", self.step, mean_loss, stats["lr"])
+            if self.step % settings.checkpoint_every == 0 and self.step < settings.max_steps:
+                self.checkpoints.save(accelerator, self.step, self.history)
+
+    def finish(self) -> dict:
+        """{"history", "resumed_from", "train_seconds", "model", "state_dict"}."""
+        self.bar.close()
+        self.accelerator.wait_for_everyone()
+        return {
+            "history": self.history,
+            "resumed_from": self.resumed_from,
+            "train_seconds": time.perf_counter() - self.started,
+            "model": self.unwrapped_model,
+            "state_dict": _gathered_state_dict(self.accelerator, self.model),
+        }
 
 
 def _gathered_state_dict(accelerator: Accelerator, model) -> dict | None:
