@@ -14,7 +14,7 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox, SandboxLimits
 
-# 10,000 runs take about 2.5 minutes on two busy cores; the count can be lowered for a quick look.
+# 10,000 runs took 164 s on two cores shared with other work; a lower count gives a quick look.
 ZOMBIE_RUNS = int(os.environ.get("REASONRL_ZOMBIE_RUNS", "10000"))
 KILLED_RUNS = 10
 PR_GET_CHILD_SUBREAPER = 37
