@@ -12,7 +12,7 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test lint dag clean setup sandbox graphviz slurm-profile test-deps vllm
+.PHONY: run test lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
@@ -25,11 +25,16 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check .
 	$(BIN)/snakemake --lint
+	$(BIN)/lint-imports
 
 # A fixed hash seed keeps the edge order, so an unchanged DAG gives an unchanged file.
 dag: setup graphviz
 	mkdir -p docs
 	PYTHONHASHSEED=0 $(BIN)/snakemake --rulegraph --configfile $(CONFIG) | dot -Tsvg > docs/rulegraph.svg
+
+# The package's layers (docs/architecture.md) drawn from its imports, transitive edges dropped.
+layers: setup graphviz
+	$(BIN)/python docs/layers.py | tred | dot -Tsvg > docs/layers.svg
 
 clean:
 	rm -rf results logs benchmarks .snakemake report.html

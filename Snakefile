@@ -1,9 +1,15 @@
 # reasonrl: post-train language models for math and code reasoning.
 # build (or convert) base policy -> make task data -> SFT (tool, cot) -> evaluate -> report
-import sys
+from reasonrl.config import read_yaml, validate_config
+from reasonrl.errors import ReasonRLError, exit_with
 
-from reasonrl.config import validate_config
-from reasonrl.errors import ReasonRLError
+# Snakemake's own message for a malformed config file names neither the file nor the line.
+try:
+    read_yaml("config/config.yaml")
+except FileNotFoundError:
+    pass  # a --configfile stands in for it
+except ReasonRLError as err:
+    exit_with(err)
 
 
 configfile: "config/config.yaml"
@@ -17,7 +23,7 @@ config_files = " + ".join(map(str, workflow.configfiles)) or "config"
 try:
     config.update(validate_config(config, config_files))
 except ReasonRLError as err:
-    sys.exit(f"reasonrl: error: {err}")
+    exit_with(err)
 
 
 include: "workflow/rules/common.smk"

@@ -19,13 +19,13 @@ import time
 from record import append
 
 from reasonrl.chat import render
-from reasonrl.cli import corpus_texts
 from reasonrl.config import load_config
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.generation.vllm_engine import VLLMEngine
 from reasonrl.io import write_jsonl
 from reasonrl.models import build_tiny_policy
+from reasonrl.stages.models import corpus_texts
 from reasonrl.tasks import build_problems, prompt_messages
 
 

@@ -47,10 +47,10 @@ def sequences(model_dir: str, config: dict, steps: int):
 def cached_reference(model_dir: str, config: dict, steps: int) -> list[tuple[float, float]]:
     """What the reference_logps rule writes: computed in another process, before training."""
     from reasonrl.models import load_policy
-    from reasonrl.training.preference import reference_logps
+    from reasonrl.sequences import summed_logps
 
     items, pad = sequences(model_dir, config, steps)
-    values = reference_logps(load_policy(model_dir)[0], [s for p in items for s in p], pad)
+    values = summed_logps(load_policy(model_dir)[0], [s for p in items for s in p], pad)
     return [(values[2 * i], values[2 * i + 1]) for i in range(len(items))]
 
 
@@ -97,10 +97,10 @@ def main() -> None:
     parser.add_argument("--config", default="config/config.yaml")
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
-    from reasonrl.cli import corpus_texts
     from reasonrl.config import load_config
     from reasonrl.io import write_jsonl
     from reasonrl.models import build_tiny_policy
+    from reasonrl.stages.models import corpus_texts
     from reasonrl.tasks import build_problems
 
     config = load_config(args.config)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from record import append
 
-from reasonrl.cli import corpus_texts
 from reasonrl.config import load_config
 from reasonrl.io import write_jsonl
 from reasonrl.models import build_tiny_policy
-from reasonrl.online.stages import run_online
+from reasonrl.stages.models import corpus_texts
+from reasonrl.stages.online_dpo import online_dpo as run_online
 from reasonrl.tasks import build_problems
 
 

@@ -16,7 +16,6 @@ import time
 import torch
 from record import append
 
-from reasonrl.cli import corpus_texts
 from reasonrl.config import load_config
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
@@ -26,6 +25,7 @@ from reasonrl.rewards.annotation import annotate
 from reasonrl.rewards.scoring import score_steps, score_steps_one_by_one
 from reasonrl.rollout import RolloutLimits
 from reasonrl.sandbox import Sandbox
+from reasonrl.stages.models import corpus_texts
 from reasonrl.tasks import build_problems, prompt_messages, solution_messages
 
 STEP_PATTERN = r"(?<=\.)\s+"

@@ -12,13 +12,14 @@ import time
 
 from record import append
 
-from reasonrl.cli import corpus_texts
 from reasonrl.config import load_config
 from reasonrl.io import write_jsonl
 from reasonrl.models import build_tiny_policy, load_policy
+from reasonrl.stages.models import corpus_texts
+from reasonrl.stages.sft import sft_samples
 from reasonrl.tasks import build_problems
 from reasonrl.training.data import MicroBatches
-from reasonrl.training.sft import masked_lm_loss, sft_samples
+from reasonrl.training.lm_loss import masked_lm_loss
 
 
 def tokens_per_second(model, runs: dict[str, MicroBatches], steps: int) -> dict[str, float]:

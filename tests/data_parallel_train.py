@@ -21,8 +21,8 @@ from reasonrl.chat import TokenizedChat
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
 from reasonrl.training.data import MicroBatches
+from reasonrl.training.lm_loss import masked_lm_loss
 from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
-from reasonrl.training.sft import masked_lm_loss
 
 
 def samples(n: int) -> list[TokenizedChat]:

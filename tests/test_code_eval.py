@@ -18,8 +18,8 @@ from reasonrl.code_eval import (
     suite_timeout,
 )
 from reasonrl.errors import ReasonRLError
-from reasonrl.evaluation import pass_at_k
 from reasonrl.io import read_jsonl, write_jsonl
+from reasonrl.metrics import pass_at_k
 from reasonrl.sandbox import Sandbox
 from reasonrl.tasks import build_problems
 

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.evaluation import maj_at_k, metrics_rows, pass_at_k, summarize
+from reasonrl.metrics import maj_at_k, metrics_rows, pass_at_k, summarize
 
 
 def brute_pass_at_k(correct: list[bool], k: int) -> float:

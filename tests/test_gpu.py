@@ -10,7 +10,7 @@ from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.models import load_policy
 from reasonrl.rewards.scoring import bt_scores
-from reasonrl.training.preference import MaskedSequence, reference_logps, token_logps
+from reasonrl.sequences import MaskedSequence, summed_logps, token_logps
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
@@ -33,7 +33,7 @@ def test_reference_and_token_logps_run_on_the_gpu(tiny_policy):
     model, tokenizer = load_policy(tiny_policy)
     ids = tokenizer("x = 12 + 30\nprint(x)")["input_ids"]
     seqs = [MaskedSequence(ids, [0] * 3 + [1] * (len(ids) - 3))]
-    summed = reference_logps(model, seqs, tokenizer.pad_token_id)
+    summed = summed_logps(model, seqs, tokenizer.pad_token_id)
     per_token = token_logps(model, seqs, tokenizer.pad_token_id)
     assert summed[0] == pytest.approx(sum(per_token[0]), rel=1e-5)
 

@@ -1,12 +1,18 @@
-"""Atomic artifact writes: never rename over something that is not a regular file."""
+"""Atomic artifact writes: never rename over something that is not a regular file; modes
+follow the umask."""
 
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_jsonl, write_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_write_replaces_a_regular_file(tmp_path):
@@ -28,3 +34,31 @@ def test_write_refuses_a_fifo_or_folder_and_leaves_it_alone(tmp_path):
             write_jsonl(path, [{"a": 1}])
     assert stat.S_ISFIFO(fifo.stat().st_mode) and folder.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "folder"]  # no temp left
+
+
+MAKE_DATA_AND_POLICY = """
+import sys
+from reasonrl.cli import main
+out = sys.argv[1]
+main(["make-data", "--config", "config/test.yaml", "--task", "arith", "--out-dir", out + "/data"])
+main(["build-tiny", "--config", "config/test.yaml", "--corpus", out + "/data/train.jsonl",
+      "--out", out + "/models/base"])
+"""
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_outputs_follow_the_umask(tmp_path, umask):
+    """Atomic writes start from mkstemp (0600) / mkdtemp (0700) files: what the stages leave
+    must still have the modes a plain open or mkdir gives under the user's umask."""
+    subprocess.run(
+        [sys.executable, "-c", MAKE_DATA_AND_POLICY, str(tmp_path / "out")],
+        cwd=REPO,
+        preexec_fn=lambda: os.umask(umask),
+        check=True,
+        capture_output=True,
+    )
+    paths = sorted((tmp_path / "out").rglob("*"))
+    assert {p.name for p in paths} >= {"train.jsonl", "manifest.json", "model.safetensors"}
+    modes = {str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode) for p in paths}
+    expected = {name: (0o777 if (tmp_path / name).is_dir() else 0o666) & ~umask for name in modes}
+    assert modes == expected

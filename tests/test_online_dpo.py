@@ -14,14 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from isolation import default_signals
 
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, write_jsonl
-from reasonrl.online.actors import GeneratorProcess, GeneratorSpec, Schedule
-from reasonrl.online.stages import online_variant, run_online, write_online_table
+from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
+from reasonrl.stages.online_dpo import online_dpo as run_online
+from reasonrl.stages.online_dpo import online_dpo_table as write_online_table
+from reasonrl.stages.online_dpo import online_variant
 from reasonrl.tasks import build_problems
-from reasonrl.training.online import (
+from reasonrl.training.online_dpo import (
     OnlineObjective,
     best_worst,
     proximal_rloo_loss,
@@ -73,8 +76,8 @@ def test_best_worst_drops_ties_and_rewards_penalise_truncation():
 
 def test_online_dpo_is_the_preference_modules_dpo_loss(tiny_policy):
     from reasonrl.models import load_policy, on_model_device
-    from reasonrl.training.online import dpo_batch
-    from reasonrl.training.preference import MaskedSequence, sequence_logps
+    from reasonrl.sequences import MaskedSequence, sequence_logps
+    from reasonrl.training.online_dpo import dpo_batch
 
     model, tokenizer = load_policy(tiny_policy)
     seqs = [MaskedSequence([5, 6, 7, 8], [0, 1, 1, 1]), MaskedSequence([5, 9, 10], [0, 1, 1])]
@@ -91,7 +94,7 @@ def test_online_dpo_is_the_preference_modules_dpo_loss(tiny_policy):
 
 def test_token_logps_sum_to_the_sequence_logps(tiny_policy):
     from reasonrl.generation.hf import HFEngine
-    from reasonrl.training.preference import MaskedSequence
+    from reasonrl.sequences import MaskedSequence
 
     engine = HFEngine.from_pretrained(str(tiny_policy), batch_size=4)
     seqs = [MaskedSequence([5, 6, 7, 8, 9], [0, 1, 0, 1, 1]), MaskedSequence([5, 9], [1, 1])]
@@ -102,9 +105,9 @@ def test_token_logps_sum_to_the_sequence_logps(tiny_policy):
 
 def test_ppo_batch_puts_each_log_prob_on_its_action_and_the_ratio_uses_them(tiny_policy):
     from reasonrl.models import load_policy, on_model_device
-    from reasonrl.training.online import online_ppo_loss, ppo_batch
+    from reasonrl.sequences import MaskedSequence, token_logps
+    from reasonrl.training.online_dpo import online_ppo_loss, ppo_batch
     from reasonrl.training.ppo import PolicyCritic, PPOSettings
-    from reasonrl.training.preference import MaskedSequence, token_logps
 
     model, tokenizer = load_policy(tiny_policy)
     seqs = [MaskedSequence([5, 6, 7, 8, 9], [0, 0, 1, 1, 0]), MaskedSequence([5, 9, 4], [0, 1, 1])]
@@ -167,8 +170,8 @@ SMALL = {
 def online_setup(tmp_path_factory) -> tuple[dict, Path]:
     """Config, a folder with 20 arith train problems, and a tiny policy whose tokenizer knows
     their text (so a tool prompt fits its context)."""
-    from reasonrl.cli import corpus_texts
     from reasonrl.models import build_tiny_policy
+    from reasonrl.stages.models import corpus_texts
 
     folder = tmp_path_factory.mktemp("online")
     config = validate_config(
@@ -275,7 +278,7 @@ def _bt_reward_model(policy: Path, out: Path) -> Path:
     from transformers import AutoModelForSequenceClassification
 
     from reasonrl.models import load_tokenizer
-    from reasonrl.rewards.training import INFO_FILE
+    from reasonrl.rewards.models import INFO_FILE
 
     tokenizer = load_tokenizer(policy)
     torch.manual_seed(0)
@@ -290,8 +293,8 @@ def _bt_reward_model(policy: Path, out: Path) -> Path:
 def test_generator_scores_samples_with_the_bt_reward_model(online_setup, tmp_path):
     from reasonrl.chat import render
     from reasonrl.models import load_policy
+    from reasonrl.rewards.models import load_reward_model
     from reasonrl.rewards.scoring import bt_scores
-    from reasonrl.rewards.training import load_reward_model
 
     config, folder = online_setup
     rm = _bt_reward_model(folder / "policy", tmp_path / "rm")
@@ -408,7 +411,13 @@ def test_interrupt_or_kill_leaves_no_process_and_the_run_resumes(online_setup, t
     (folder / "train.jsonl").write_text((online_setup[1] / "train.jsonl").read_text())
     config = {**config, "online_dpo": {**config["online_dpo"], "steps": 6}}
     command = _cli(config, folder, online_setup[1] / "policy", "async")
-    learner = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    learner = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_signals,  # Ctrl-C as a terminal delivers it, however pytest started
+    )
     ckpt = folder / ".online-async.ckpt"
     _wait_for(lambda: any(ckpt.glob("step-*")))
     workers = _descendants(learner.pid)

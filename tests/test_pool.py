@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sandbox_battery import children_of, sandbox_processes
+from isolation import default_signals, keyboard_interrupt_on_sigint, sandbox_processes
+from test_sandbox_battery import children_of
 
 from reasonrl.cgroups import memory_parent, owner_is_gone
 from reasonrl.pool import Program, WorkerPool
@@ -41,7 +42,8 @@ def max_overlap(results) -> int:
 
 @pytest.fixture
 def assert_nothing_left():
-    """Checks that no sandbox and no new child of this process is left.
+    """Checks that no sandbox of this process (or of the callers named) and no new child of
+    this process is left.
 
     Other modules' session fixtures (dockerd, the SLURM daemons) may stay children of this
     process for the whole session; only the children a test adds count against it.
@@ -51,11 +53,12 @@ def assert_nothing_left():
     def new_children() -> set[int]:
         return children_of(os.getpid()) - before
 
-    def check() -> None:
+    def check(callers: tuple[int, ...] = ()) -> None:
+        """callers: processes the test started whose sandboxes count too."""
         deadline = time.monotonic() + 3
-        while (sandbox_processes() or new_children()) and time.monotonic() < deadline:
+        while (sandbox_processes(callers) or new_children()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert sandbox_processes() == []
+        assert sandbox_processes(callers) == []
         assert new_children() == set()  # zombies are children too, until reaped
 
     return check
@@ -123,7 +126,7 @@ def test_interrupted_caller_leaves_no_process_or_zombie(interrupt, assert_nothin
     }[interrupt]
     threading.Timer(1.0, send).start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
+    with keyboard_interrupt_on_sigint(), pytest.raises(KeyboardInterrupt):
         WorkerPool(Sandbox(LIMITS), workers=2).run(["import time\ntime.sleep(30)"] * 4)
     assert time.monotonic() - started < 5
     assert_nothing_left()
@@ -144,18 +147,21 @@ def test_caller_process_stopped_by_a_signal_leaves_no_sandbox_behind(
     how, tmp_path: Path, assert_nothing_left
 ):
     caller = subprocess.Popen(
-        [sys.executable, "-c", CALLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", CALLER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=default_signals,
     )
     assert caller.stdout.readline() == b"started\n"
     deadline = time.monotonic() + 10
-    while len(sandbox_processes()) < 6 and time.monotonic() < deadline:
+    while len(sandbox_processes([caller.pid])) < 6 and time.monotonic() < deadline:
         time.sleep(0.05)  # three sandboxes, each a program and its setsid child
-    assert len(sandbox_processes()) >= 6
+    assert len(sandbox_processes([caller.pid])) >= 6
     caller.send_signal(how)
     caller.wait(timeout=10)
     caller.stdout.close()
     caller.stderr.close()
-    assert_nothing_left()
+    assert_nothing_left((caller.pid,))
     # A caller killed outright leaves its host folders and cgroups; the next run removes them.
     assert Sandbox(LIMITS).run("pass").status == "ok"
     left = [p.name for p in Path(tempfile.gettempdir()).glob(f"reasonrl-sandbox-{caller.pid}-*")]

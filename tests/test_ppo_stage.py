@@ -18,14 +18,16 @@ from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.models import load_policy, load_tokenizer
+from reasonrl.rewards.models import INFO_FILE
 from reasonrl.rewards.sequence import SequenceScorer
-from reasonrl.rewards.training import INFO_FILE, PairBatches, bradley_terry_loss
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
+from reasonrl.stages.ppo import ppo as run_ppo
+from reasonrl.stages.ppo import ppo_r2 as strategy_r2
+from reasonrl.stages.ppo import ppo_table as write_ppo_table
 from reasonrl.tasks import build_problems, prompt_messages
 from reasonrl.training.loop import CheckpointStore, LoopSettings, train
-from reasonrl.training.ppo_stages import strategy_r2, write_ppo_table
-from reasonrl.training.ppo_trainer import run_ppo
+from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
 ROLLOUT = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
 
@@ -150,7 +152,7 @@ def test_ppo_resumes_exactly(tiny_policy, reward_model, problems, tmp_path, monk
     args = ("br", str(tiny_policy), str(reward_model), str(problems))
     straight = run_ppo(config, *args, tmp_path / "a")
     # Kill the run as it starts iteration 1 (after the iteration-0 checkpoint), then resume.
-    import reasonrl.training.ppo_trainer as trainer
+    import reasonrl.ppo_run as trainer
 
     fill = trainer.PPORun.fill_buffer
 

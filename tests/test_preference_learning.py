@@ -14,19 +14,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reasonrl.cli import corpus_texts, evaluate_policy
 from reasonrl.config import validate_config
 from reasonrl.io import read_jsonl, write_jsonl
 from reasonrl.models import build_tiny_policy
-from reasonrl.preference.stages import (
-    run_augment,
-    run_labelling,
-    run_reference,
-    run_sampling,
-    run_training,
-)
+from reasonrl.stages.evaluate import evaluate_policy
+from reasonrl.stages.models import corpus_texts
+from reasonrl.stages.preference import augment_prompts as run_augment
+from reasonrl.stages.preference import label_preferences as run_labelling
+from reasonrl.stages.preference import preference_train as run_training
+from reasonrl.stages.preference import reference_logps as run_reference
+from reasonrl.stages.preference import sample_round as run_sampling
+from reasonrl.stages.sft import sft as run_sft
 from reasonrl.tasks import build_problems
-from reasonrl.training.sft import run_sft
 
 REPO = Path(__file__).resolve().parents[1]
 # test.yaml's problems and rollout caps, with config.yaml's policy size: the test-size policy
@@ -140,7 +139,7 @@ ONLINE = {"steps": 16, "prompts_per_step": 8, "samples_per_prompt": 4}
 @pytest.mark.skip(reason="online DPO does not beat SFT at CPU scale (0.575 vs 0.585 at best)")
 @pytest.mark.learning
 def test_online_dpo_raises_held_out_pass_at_1_over_sft(sft_run):
-    from reasonrl.online.stages import run_online
+    from reasonrl.stages.online_dpo import online_dpo as run_online
 
     root = sft_run["root"]
     variant = {"name": "async", "mode": "async", "loss": "dpo", "off_policy": 1}

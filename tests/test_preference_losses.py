@@ -12,15 +12,12 @@ import torch
 
 from reasonrl.chat import assistant_spans, render
 from reasonrl.models import load_policy
+from reasonrl.sequences import encode_trajectory, pad_sequences, sequence_logps, summed_logps
 from reasonrl.training.preference import (
     LossSettings,
     PreferenceBatches,
     PreferenceObjective,
-    encode_trajectory,
     kto_loss,
-    pad_sequences,
-    reference_logps,
-    sequence_logps,
 )
 
 QUESTION = {"role": "user", "content": "Tom has 12 pens. He buys 30 more. How many pens?"}
@@ -169,7 +166,7 @@ def test_mdpo_equals_trl_dpo_without_interpreter_turns(policy, reference, eta):
         for c, r in zip(chosen, rejected, strict=True)
     ]
     flat = [s for pair in items for s in pair]
-    ref = reference_logps(reference, flat, tokenizer.pad_token_id)
+    ref = summed_logps(reference, flat, tokenizer.pad_token_id)
     cached = [(ref[0], ref[1]), (ref[2], ref[3])]
     batches = PreferenceBatches(items, 2, tokenizer.pad_token_id, seed=0, reference=cached)
     batch = batches(0)
@@ -205,7 +202,7 @@ def test_single_turn_dpo_equals_mdpo_without_interpreter_turns(policy, reference
             encode_trajectory(tokenizer, [QUESTION, ANSWER], multi),
             encode_trajectory(tokenizer, [QUESTION, WRONG], multi),
         )
-        ref = reference_logps(reference, list(pair), tokenizer.pad_token_id)
+        ref = summed_logps(reference, list(pair), tokenizer.pad_token_id)
         batches = PreferenceBatches([pair], 1, tokenizer.pad_token_id, 0, reference=[tuple(ref)])
         losses.append(PreferenceObjective(LossSettings(name))(model.eval(), batches(0))[0].item())
     assert losses[0] == pytest.approx(losses[1], abs=1e-6)
@@ -221,7 +218,7 @@ def test_single_turn_dpo_differs_from_mdpo_with_interpreter_turns(policy, refere
             encode_trajectory(tokenizer, TOOL_TRAJECTORY, multi),
             encode_trajectory(tokenizer, wrong_tool, multi),
         )
-        ref = reference_logps(reference, list(pair), tokenizer.pad_token_id)
+        ref = summed_logps(reference, list(pair), tokenizer.pad_token_id)
         batches = PreferenceBatches([pair], 1, tokenizer.pad_token_id, 0, reference=[tuple(ref)])
         losses.append(PreferenceObjective(LossSettings(name))(model.eval(), batches(0))[0].item())
     assert losses[0] != pytest.approx(losses[1], abs=1e-5)
@@ -262,7 +259,7 @@ def test_mkto_objective_matches_the_formula_on_masked_log_ratios(policy, referen
     conversations = [TOOL_TRAJECTORY, wrong_tool, [QUESTION, ANSWER]]
     desirable = [True, False, True]
     seqs = [encode_trajectory(tokenizer, c, True) for c in conversations]
-    ref = reference_logps(reference, seqs, tokenizer.pad_token_id)
+    ref = summed_logps(reference, seqs, tokenizer.pad_token_id)
     batches = PreferenceBatches(seqs, 3, tokenizer.pad_token_id, 0, desirable, ref)
     batch = batches(0)
     loss, stats = PreferenceObjective(LossSettings("mkto", eta=0.1))(model.eval(), batch)
@@ -288,7 +285,7 @@ def test_live_reference_gives_the_cached_reference_loss(policy, reference):
         encode_trajectory(tokenizer, TOOL_TRAJECTORY, True),
         encode_trajectory(tokenizer, wrong_tool, True),
     )
-    ref = reference_logps(reference, list(pair), tokenizer.pad_token_id)
+    ref = summed_logps(reference, list(pair), tokenizer.pad_token_id)
     cached = PreferenceBatches([pair], 1, tokenizer.pad_token_id, 0, reference=[tuple(ref)])
     live = PreferenceBatches([pair], 1, tokenizer.pad_token_id, 0)
     settings = LossSettings("mdpo")
@@ -304,7 +301,7 @@ def test_nll_term_adds_the_mean_token_nll_of_the_chosen(policy, reference):
         encode_trajectory(tokenizer, [QUESTION, ANSWER], True),
         encode_trajectory(tokenizer, [QUESTION, WRONG], True),
     )
-    ref = reference_logps(reference, list(pair), tokenizer.pad_token_id)
+    ref = summed_logps(reference, list(pair), tokenizer.pad_token_id)
     batch = PreferenceBatches([pair], 1, tokenizer.pad_token_id, 0, reference=[tuple(ref)])(0)
     plain = PreferenceObjective(LossSettings("mdpo"))(model.eval(), batch)[0]
     with_nll, stats = PreferenceObjective(LossSettings("mdpo", nll_weight=0.5))(model, batch)

@@ -11,7 +11,8 @@ import pytest
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, write_json, write_jsonl
-from reasonrl.preference.stages import _read_reference, select_best, variant_settings, write_table
+from reasonrl.stages.preference import _read_reference, select_best, variant_settings
+from reasonrl.stages.preference import preference_table as write_table
 
 
 def reasonrl(*args: str) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.report import write_report
+from reasonrl.stages.report import report as write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -16,6 +16,7 @@ from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import read_jsonl, write_jsonl
 from reasonrl.models import load_policy
 from reasonrl.rewards.annotation import annotate, shepherd_labels
+from reasonrl.rewards.models import label_only_chat, per_label_precision_recall
 from reasonrl.rewards.mutation import MUTATION_KINDS, mutants, mutation_rows
 from reasonrl.rewards.pairs import edit_distance, farthest_pair, preference_pairs
 from reasonrl.rewards.scoring import (
@@ -33,14 +34,10 @@ from reasonrl.rewards.steps import (
     to_rlhflow,
     trajectory_steps,
 )
-from reasonrl.rewards.training import (
-    bradley_terry_loss,
-    label_only_chat,
-    per_label_precision_recall,
-    run_train_reward_model,
-)
 from reasonrl.rollout import RolloutLimits
 from reasonrl.sandbox import Sandbox
+from reasonrl.stages.reward_models import train_reward_model as run_train_reward_model
+from reasonrl.training.reward import bradley_terry_loss
 
 QUESTION = "Tom has 3 apples. He buys 4 more. How many apples does Tom have?"
 
@@ -468,7 +465,7 @@ def test_score_rlhflow_imports_the_format_and_reranks(tiny_policy, tmp_path):
     import shutil
 
     from reasonrl.config import validate_config
-    from reasonrl.search_eval import score_rlhflow
+    from reasonrl.stages.reward_models import score_rlhflow
 
     models = {}
     for kind in ("orm", "prm"):

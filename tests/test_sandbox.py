@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from isolation import sandbox_processes
 
 from reasonrl import sandbox as sandbox_module
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
+from reasonrl.pool import WorkerPool
 from reasonrl.sandbox import (
     SANDBOX_UIDS,
     STATUSES,
@@ -32,19 +34,6 @@ FAST = SandboxLimits(cpu_seconds=1, wall_seconds=2, max_processes=16, max_output
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
     return Sandbox(FAST)
-
-
-def sandbox_processes() -> list[int]:
-    """Host pids running as a sandbox uid."""
-    pids = []
-    for status_file in Path("/proc").glob("[0-9]*/status"):
-        try:
-            uid = re.search(r"^Uid:\s+(\d+)", status_file.read_text(), re.MULTILINE)
-        except OSError:
-            continue  # exited while we looked
-        if uid and int(uid[1]) in SANDBOX_UIDS:
-            pids.append(int(status_file.parent.name))
-    return pids
 
 
 # --- programs that behave -------------------------------------------------------------------
@@ -290,12 +279,12 @@ def test_run_many_keeps_order_and_runs_at_most_workers_at_once():
     delays = [1.5, 1.0, 1.0, 1.0]  # the first finishes after the second
     codes = [f"import time\ntime.sleep({delay})\nprint({i})" for i, delay in enumerate(delays)]
     started = time.monotonic()
-    results = Sandbox(workers=2).run_many(codes)
+    results = WorkerPool(Sandbox(workers=2)).run(codes)
     elapsed = time.monotonic() - started
     assert [r.stdout for r in results] == ["0\n", "1\n", "2\n", "3\n"]
     # two at a time take 2.5 s; three at a time 2.0 s; one at a time 4.5 s
     assert 2.4 <= elapsed < 4.0
-    assert Sandbox().run_many([]) == []
+    assert WorkerPool(Sandbox()).run([]) == []
 
 
 def test_limits_and_workers_from_config():

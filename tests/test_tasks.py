@@ -10,6 +10,7 @@ import pytest
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import write_jsonl
+from reasonrl.pool import WorkerPool
 from reasonrl.sandbox import bwrap_available
 from reasonrl.tasks import (
     CODE_INSTRUCTION,
@@ -30,6 +31,10 @@ from reasonrl.tasks.sampling import draw_splits
 
 ARITH = {"kind": "arith", "train_size": 300, "test_size": 60, "min_ops": 2, "max_ops": 4}
 PYCODE = {"kind": "pycode", "train_size": 200, "test_size": 40}
+FIRST_DEFAULT_TEST_QUESTION = (
+    "Ben starts with 80 cards. Ben sells 77 cards. Ben sells 2 cards. "
+    "Ben buys 3 jars with 48 cards in each. How many cards does Ben have now?"
+)
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
 
 
@@ -115,6 +120,33 @@ def test_arith_respects_difficulty_knobs():
     assert ops == {2, 3, 4}
 
 
+def test_arith_distractors_change_nothing_and_the_solution_says_so():
+    import random
+    from dataclasses import replace
+
+    from reasonrl.tasks.arith import random_problem
+
+    settings = {**ARITH, "min_distractors": 1, "max_distractors": 2}
+    train, test = build_problems("arith", settings, seed=0)
+    assert {row["meta"]["num_distractors"] for row in train} == {1, 2}
+    for index in range(200):
+        problem = random_problem(random.Random(index), 3, 99, num_distractors=2)
+        plain = replace(problem, distractors=())
+        assert run_program(problem.program()) == run_program(plain.program())
+        assert len(problem.sentences()) == len(plain.sentences()) + 2
+        for distractor in problem.distractors:
+            assert distractor.other != problem.name
+            assert f"this is about {distractor.other}, not {problem.name}" in problem.program()
+            assert f"That is about {distractor.other}" in problem.cot("0")
+
+
+def test_arith_without_distractors_draws_what_it_drew_before_the_knob():
+    """The first default-config test problem, pinned: max_distractors 0 draws nothing more."""
+    _, test = build_problems("arith", {"kind": "arith"}, seed=0)
+    assert test[0]["meta"]["num_distractors"] == 0
+    assert test[0]["question"] == FIRST_DEFAULT_TEST_QUESTION
+
+
 def _program(row):
     return re.search(r"```python\n(.*?)```", row["solutions"]["tool"][0]["content"], re.DOTALL)[1]
 
@@ -183,7 +215,7 @@ def test_generation_fails_with_one_line_when_too_few_distinct_problems_exist():
 @needs_bwrap
 def test_arith_gold_output_is_what_the_sandbox_prints(arith, sandbox):
     rows = arith[1][:6]
-    results = sandbox.run_many([_program(row) for row in rows])
+    results = WorkerPool(sandbox).run([_program(row) for row in rows])
     for row, result in zip(rows, results, strict=True):
         assert (result.status, result.output) == ("ok", row["answer"])
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,8 @@ import torch.nn.functional as F
 from reasonrl.chat import TokenizedChat
 from reasonrl.models import load_policy
 from reasonrl.training.data import IGNORE, MicroBatches, pack, pad_batch
+from reasonrl.training.lm_loss import masked_lm_loss
 from reasonrl.training.loop import CheckpointStore, LoopSettings, micro_batch_index, train
-from reasonrl.training.sft import masked_lm_loss
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +136,20 @@ def test_resume_continues_from_last_checkpoint_with_identical_losses(tiny, tmp_p
     assert [h["step"] for h in resumed["history"]] == list(range(1, 9))
     ref_losses = [h["loss"] for h in reference["history"]]
     assert [h["loss"] for h in resumed["history"]] == pytest.approx(ref_losses, abs=1e-6)
+
+
+def test_checkpoints_follow_the_umask(tiny, tmp_path):
+    """accelerate writes weights 0600: a checkpoint must still be readable as the umask says."""
+    before = os.umask(0o022)
+    try:
+        with pytest.raises(Crash):
+            _run(tiny, tmp_path / "ck", crash_at=2 * 4)  # dies in step 5: checkpoint at 3
+    finally:
+        os.umask(before)
+    entries = [tmp_path / "ck", *(tmp_path / "ck").rglob("*")]
+    assert any(p.name.endswith(".safetensors") for p in entries)
+    modes = {str(p): stat.S_IMODE(p.stat().st_mode) for p in entries}
+    assert modes == {str(p): 0o755 if p.is_dir() else 0o644 for p in entries}
 
 
 def test_checkpoints_of_other_inputs_are_not_resumed(tiny, tmp_path):

@@ -161,7 +161,7 @@ def test_each_stage_gets_only_its_config_sections(snakemake):
         "build_tiny_policy": {"seed", "policy"},
         "sft": {"seed", "sft", "policy"},
         "evaluate": {"seed", "evaluation", "policy", "rollout", "generation", "sandbox", "tasks"},
-        "report": {"seed", "evaluation"},
+        "report": {"seed", "evaluation", "comparisons"},
         "augment_prompts": {"seed", "preference", "generation", "policy"},
         "sample_round": {"seed", "preference", "rollout", "generation", "sandbox", "policy"},
         "label_preferences": {"seed", "preference"},

@@ -15,7 +15,7 @@ import torch
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.generation.vllm_engine import VLLMEngine
-from reasonrl.training.preference import MaskedSequence
+from reasonrl.sequences import MaskedSequence
 
 PROMPTS = ["x = 1\n" * 6, "print(3)", "y = 7", "The answer"]
 SETTINGS = {

@@ -1,77 +1,44 @@
-"""`reasonrl <stage>`: one sub-command per Snakemake rule, explicit inputs and outputs."""
+"""`reasonrl <stage>`: one sub-command per Snakemake rule, explicit inputs and outputs.
+
+This module only parses arguments; each sub-command calls one stage function of the same name
+in reasonrl.stages (the module named after the rule's workflow/rules/*.smk file)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
 from reasonrl.config import load_config
 from reasonrl.containers.build import add_parser as add_containers_parser
-from reasonrl.errors import ReasonRLError
-from reasonrl.io import read_jsonl, write_csv, write_json, write_jsonl
-from reasonrl.manifest import Provenance
+from reasonrl.errors import ReasonRLError, exit_with
+from reasonrl.interrupts import one_line_on_interrupt
 
 log = logging.getLogger("reasonrl")
 
 
 def make_data(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.tasks import build_problems
+    from reasonrl.stages.data import make_data as run
 
-    if args.task not in config["tasks"]:
-        raise ReasonRLError(f"task '{args.task}' is not under the config key 'tasks'")
-    provenance = Provenance(
-        "make-data", {"tasks": {args.task: config["tasks"][args.task]}}, [], config["seed"]
-    )
-    train, test = build_problems(args.task, config["tasks"][args.task], config["seed"])
-    out = Path(args.out_dir)
-    write_jsonl(out / "train.jsonl", train, schema="problem")
-    write_jsonl(out / "test.jsonl", test, schema="problem")
-    provenance.write(out, {"train_size": len(train), "test_size": len(test)})
-    log.info("%s: %d train and %d test problems", args.task, len(train), len(test))
-
-
-def corpus_texts(paths: list[str]) -> list[str]:
-    """Questions and gold solutions: what the tiny tokenizer is trained on."""
-    from reasonrl.tasks import CODE_INSTRUCTION, COT_INSTRUCTION, TOOL_INSTRUCTION
-
-    texts = [TOOL_INSTRUCTION, COT_INSTRUCTION, CODE_INSTRUCTION]
-    for path in paths:
-        for row in read_jsonl(path, schema="problem"):
-            texts.append(row["question"])
-            for turns in row["solutions"].values():
-                texts.extend(m["content"] for m in turns)
-    return texts
+    run(config, args.task, args.out_dir)
 
 
 def build_tiny(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.models import build_tiny_policy
+    from reasonrl.stages.models import build_tiny as run
 
-    provenance = Provenance("build-tiny", {"policy": config["policy"]}, args.corpus, config["seed"])
-    n_params = build_tiny_policy(
-        corpus_texts(args.corpus), config["policy"]["tiny"], config["seed"], args.out
-    )
-    provenance.write(args.out, {"parameters": n_params})
-    log.info("tiny policy with %d parameters in %s", n_params, args.out)
+    run(config, args.corpus, args.out)
 
 
 def convert_gguf(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.models import convert_gguf as convert
-    from reasonrl.models import smollm2_gguf_path
+    from reasonrl.stages.models import convert_gguf as run
 
-    gguf = Path(args.gguf) if args.gguf else smollm2_gguf_path()
-    provenance = Provenance(
-        "convert-gguf", {"policy": config["policy"]}, [str(gguf)], config["seed"]
-    )
-    n_params = convert(gguf, args.out)
-    provenance.write(args.out, {"parameters": n_params, "gguf": str(gguf)})
+    run(config, args.gguf, args.out)
 
 
 def sft(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.training.sft import run_sft
+    from reasonrl.stages.sft import sft as run
 
-    metrics = run_sft(config, args.style, args.model, args.train, args.out)
+    metrics = run(config, args.style, args.model, args.train, args.out)
     log.info(
         "%s: final loss %.4f after %d steps",
         Path(args.out).name,
@@ -81,89 +48,31 @@ def sft(args: argparse.Namespace, config: dict) -> None:
 
 
 def evaluate(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.evaluation import metrics_rows
+    from reasonrl.stages.evaluate import evaluate as run
 
     policy = args.policy or Path(args.out_dir).parent.name
-    provenance = Provenance("evaluate", config, [args.model, args.problems], config["seed"])
-    problems = read_jsonl(args.problems, schema="problem")
-    trajectories, metrics = evaluate_policy(config, args.model, problems, args.style, policy)
-    metrics.update(policy=policy, task=args.task, style=args.style)
-    out = Path(args.out_dir)
-    write_jsonl(out / "trajectories.jsonl", trajectories, schema="trajectory")
-    write_json(out / "metrics.json", metrics)
-    write_csv(out / "metrics.csv", metrics_rows(metrics))
-    provenance.write(out, {"greedy_pass@1": metrics["greedy_pass@1"]})
-    log.info("%s on %s: greedy pass@1 %.3f", policy, args.task, metrics["greedy_pass@1"])
-
-
-def evaluate_policy(
-    config: dict, model: str, problems: list[dict], style: str, policy: str
-) -> tuple[list[dict], dict]:
-    """Greedy trajectories for pass@1 and sampled ones for pass@k / maj@k, and their metrics."""
-    from reasonrl.evaluation import summarize
-    from reasonrl.generation import SamplingParams, make_engine
-    from reasonrl.rollout import RolloutLimits, run_rollouts
-    from reasonrl.sandbox import Sandbox
-    from reasonrl.tasks.grading import normalize_answer
-
-    section = config["evaluation"]
-    if section["max_problems"]:
-        problems = problems[: section["max_problems"]]
-    generation = config["generation"]
-    engine = make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
-    sandbox = Sandbox.from_config(config["sandbox"])
-    limits = RolloutLimits.from_config(config["rollout"])
-    seed = config["seed"]
-    greedy = run_rollouts(
-        engine, problems, style, 1, SamplingParams(seed=seed), limits, sandbox, policy
-    )
-    sampled = []
-    if section["n_samples"]:
-        params = SamplingParams(
-            temperature=section["temperature"], top_p=section["top_p"], seed=seed + 1
-        )
-        sampled = run_rollouts(
-            engine, problems, style, section["n_samples"], params, limits, sandbox, policy
-        )
-    metrics = summarize(greedy, sampled, section["k"], normalize=normalize_answer)
-    return greedy + sampled, metrics
+    run(config, args.model, args.style, args.task, args.problems, policy, args.out_dir)
 
 
 def code_eval(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.code_eval import evaluate_samples
-    from reasonrl.evaluation import metrics_rows
-    from reasonrl.sandbox import Sandbox
+    from reasonrl.stages.evaluate import code_eval as run
 
-    kind = config["tasks"][args.task]["kind"] if args.task in config["tasks"] else None
-    provenance = Provenance(
-        "code-eval", {"sandbox": config["sandbox"]}, [args.problems, args.samples], config["seed"]
-    )
-    problems = read_jsonl(args.problems, schema="problem")
-    samples = read_jsonl(args.samples)
-    sandbox = Sandbox.from_config(config["sandbox"])
-    rows, metrics = evaluate_samples(
-        problems, samples, sandbox, kind, tuple(args.k), timeout=args.timeout
-    )
-    metrics.update(task=args.task, suite=kind)
-    out = Path(args.out_dir)
-    write_jsonl(out / "verdicts.jsonl", rows, schema="code_verdict")
-    write_json(out / "metrics.json", metrics)
-    write_csv(out / "metrics.csv", metrics_rows(metrics))
-    provenance.write(out, {key: value for key, value in metrics.items() if "pass@" in key})
-    log.info("%s: %s", args.task, {k: v for k, v in metrics.items() if "pass@" in k})
+    run(config, args.task, args.problems, args.samples, tuple(args.k), args.timeout, args.out_dir)
 
 
 def report(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.report import write_report
+    from reasonrl.stages.report import report as run
 
-    write_report(args.metrics, args.out_dir, train_metrics_paths=args.train_metrics or [])
+    arms = dict(_name_value(item, "--arm") for item in args.arm or [])
+    best = dict(_name_value(item, "--best") for item in args.best or [])
+    run(args.metrics, args.out_dir, args.train_metrics or [], config["comparisons"], arms, best)
 
 
 def augment_prompts(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.preference.stages import run_augment
+    from reasonrl.stages.preference import augment_prompts as run
 
     eval_sets = dict(_name_value(item, "--eval-set") for item in args.eval_set or [])
-    run_augment(config, args.task, args.train, eval_sets, args.rounds, args.out_dir)
+    run(config, args.task, args.train, eval_sets, args.rounds, args.out_dir)
 
 
 def _name_value(item: str, flag: str) -> tuple[str, str]:
@@ -174,7 +83,7 @@ def _name_value(item: str, flag: str) -> tuple[str, str]:
 
 
 def sample_round(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.preference.stages import run_sampling
+    from reasonrl.stages.preference import sample_round as run
 
     samplers = []
     for item in args.sampler:
@@ -183,34 +92,34 @@ def sample_round(args: argparse.Namespace, config: dict) -> None:
         if not sep or not count.isdigit():
             raise ReasonRLError(f"--sampler expects NAME=MODEL:N, got '{item}'")
         samplers.append((name, model, int(count)))
-    run_sampling(config, args.prompts, samplers, args.round, args.out_dir)
+    run(config, args.prompts, samplers, args.round, args.out_dir)
 
 
 def label_preferences(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.preference.stages import run_labelling
+    from reasonrl.stages.preference import label_preferences as run
 
-    run_labelling(config, args.samples, args.round, args.out_dir)
+    run(config, args.samples, args.round, args.out_dir)
 
 
 def reference_logps(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.preference.stages import run_reference
+    from reasonrl.stages.preference import reference_logps as run
 
-    run_reference(config, args.variant, args.model, args.data, args.out)
+    run(config, args.variant, args.model, args.data, args.out)
 
 
 def preference_train(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.preference.stages import run_training
+    from reasonrl.stages.preference import preference_train as run
 
-    metrics = run_training(config, args.variant, args.model, args.data, args.reference, args.out)
+    metrics = run(config, args.variant, args.model, args.data, args.reference, args.out)
     log.info(
         "%s: final loss %.4f after %d steps", args.out, metrics["final_loss"], metrics["steps"]
     )
 
 
 def select_best(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.preference.stages import select_best as pick
+    from reasonrl.stages.preference import select_best as run
 
-    result = pick(args.selection, args.out_dir)
+    result = run(args.selection, args.out_dir)
     log.info("best by held-out selection accuracy: %s", result["best"])
 
 
@@ -225,16 +134,16 @@ def table_row(item: str, form: str) -> tuple[str, str, str]:
 
 
 def preference_table(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.preference.stages import write_table
+    from reasonrl.stages.preference import preference_table as run
 
     rows = [table_row(item, "LABEL=POLICY:METRICS") for item in args.row]
-    write_table(rows, args.best or [], args.out_dir)
+    run(rows, args.best or [], args.out_dir)
 
 
 def online_dpo(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.online.stages import run_online
+    from reasonrl.stages.online_dpo import online_dpo as run
 
-    metrics = run_online(
+    metrics = run(
         config, args.variant, args.model, args.train, args.style, args.threads, args.out,
         args.reward_model,
     )  # fmt: skip
@@ -249,75 +158,75 @@ def online_dpo(args: argparse.Namespace, config: dict) -> None:
 
 
 def online_dpo_table(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.online.stages import write_online_table
+    from reasonrl.stages.online_dpo import online_dpo_table as run
 
     rows = [table_row(item, "LABEL=MODEL:EVAL_METRICS") for item in args.row]
-    write_online_table(rows, args.out_dir)
+    run(rows, args.out_dir)
 
 
 def sample_rm_data(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.rewards.stages import sample_rm_data as run
+    from reasonrl.stages.reward_models import sample_rm_data as run
 
     stats = run(config, args.model, args.problems, args.out_dir)
     log.info("%d reward-model samples, accuracy %.3f", stats["samples"], stats["accuracy"])
 
 
 def annotate_prm(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.rewards.stages import annotate_prm as run
+    from reasonrl.stages.reward_models import annotate_prm as run
 
     metrics = run(config, args.model, args.problems, args.samples, args.out_dir)
     log.info("%.2f annotation rollouts/s", metrics["rollouts_per_second"])
 
 
 def mutate_code_prm(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.rewards.stages import mutate_code_prm as run
+    from reasonrl.stages.reward_models import mutate_code_prm as run
 
     metrics = run(config, args.problems, args.out_dir)
     log.info("%d code PRM rows from %d problems", metrics["rows"], metrics["problems"])
 
 
 def train_reward_model(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.rewards.training import run_train_reward_model
+    from reasonrl.stages.reward_models import train_reward_model as run
 
-    metrics = run_train_reward_model(
-        config, args.kind, args.model, args.problems, args.data, args.out
-    )
+    metrics = run(config, args.kind, args.model, args.problems, args.data, args.out)
     log.info("%s: final loss %s, held-out %s", args.kind, metrics["final_loss"], metrics["heldout"])
 
 
-def best_of_n(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.search_eval import best_of_n as run
+def _reward_model_folders(args: argparse.Namespace) -> dict[str, str]:
+    return {k: v for k, v in (("bt", args.bt), ("orm", args.orm), ("prm", args.prm)) if v}
 
-    models = {k: v for k, v in (("bt", args.bt), ("orm", args.orm), ("prm", args.prm)) if v}
-    table = run(config, args.policy, args.problems, models, args.out_dir)
+
+def best_of_n(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.stages.reward_models import best_of_n as run
+
+    table = run(config, args.policy, args.problems, _reward_model_folders(args), args.out_dir)
     log.info("best-of-N over %d problems, greedy %.3f", table["n_problems"], table["greedy_pass@1"])
 
 
 def score_rlhflow(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.search_eval import score_rlhflow as run
+    from reasonrl.stages.reward_models import score_rlhflow as run
 
-    models = {k: v for k, v in (("bt", args.bt), ("orm", args.orm), ("prm", args.prm)) if v}
-    table = run(config, args.data, models, args.out_dir)
+    table = run(config, args.data, _reward_model_folders(args), args.out_dir)
     log.info("best-of-N of %d RLHFlow problems", table["n_problems"])
 
 
 def hgs_search(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.search_eval import hgs_search as run
+    from reasonrl.stages.reward_models import hgs_search as run
 
     metrics = run(config, args.policy, args.prm, args.problems, args.best_of_n, args.out_dir)
     log.info("HGS-PRM accuracy %.3f", metrics["hgs"]["accuracy"])
 
 
 def reward_tables(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.search_tables import write_reward_tables
+    from reasonrl.stages.reward_models import reward_tables as run
 
-    write_reward_tables(args.best_of_n, args.hgs, args.prm, args.out_dir)
+    run(args.best_of_n, args.hgs, args.prm, args.out_dir)
 
 
 def ppo(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.training.ppo_trainer import run_ppo
+    from reasonrl.stages.ppo import ppo as run
 
-    metrics = run_ppo(config, args.variant, args.model, args.reward_model, args.problems, args.out)
+    metrics = run(config, args.variant, args.model, args.reward_model, args.problems, args.out)
     log.info(
         "%s: best iteration %s, held-out %s, compute per iteration %s",
         args.variant, metrics["best_iteration"], metrics["best_heldout"], metrics["compute"],
@@ -325,17 +234,17 @@ def ppo(args: argparse.Namespace, config: dict) -> None:
 
 
 def ppo_r2(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.training.ppo_stages import strategy_r2
+    from reasonrl.stages.ppo import ppo_r2 as run
 
-    for row in strategy_r2(config, args.model, args.reward_model, args.problems, args.out_dir):
+    for row in run(config, args.model, args.reward_model, args.problems, args.out_dir):
         log.info("%s: R^2 %s over %d bins", row["strategy"], row["r2"], row["bins"])
 
 
 def ppo_table(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.training.ppo_stages import write_ppo_table
+    from reasonrl.stages.ppo import ppo_table as run
 
     rows = [table_row(item, "NAME=EVAL_METRICS:MODEL_DIR") for item in args.row]
-    write_ppo_table(args.sft_eval, rows, args.r2, args.out_dir)
+    run(args.sft_eval, rows, args.r2, args.out_dir)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -380,9 +289,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, nargs="+", default=[1, 10, 100], help="k of pass@k")
     p.add_argument("--timeout", type=float, help="seconds per sample (default: the suite's)")
     p.add_argument("--out-dir", required=True)
-    p = stage("report", report, "tables and plots of all evaluations")
+    p = stage("report", report, "tables and plots of all evaluations; declared comparisons")
     p.add_argument("--metrics", nargs="+", required=True)
     p.add_argument("--train-metrics", nargs="*")
+    p.add_argument("--arm", action="append", help="POLICY=TRAJECTORIES of a comparison arm")
+    p.add_argument("--best", action="append", help="METHOD=BEST_JSON (select-best's pick)")
     p.add_argument("--out-dir", required=True)
     p = stage("augment-prompts", augment_prompts, "rephrased/backward prompts, dedup, decontam")
     p.add_argument("--task", required=True)
@@ -516,14 +427,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True
     )
-    _quiet_libraries()
-    try:
-        # Sub-commands that are not stages (containers ...) take no experiment config.
-        config = load_config(args.config, args.config_json) if "config" in args else {}
-        args.func(args, config)
-    except ReasonRLError as err:
-        print(f"reasonrl: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    with one_line_on_interrupt("reasonrl"):
+        try:
+            # Sub-commands that are not stages (containers ...) take no experiment config.
+            config = load_config(args.config, args.config_json) if "config" in args else {}
+            _quiet_libraries()  # after the config: a bad one is reported without the import
+            args.func(args, config)
+        except ReasonRLError as err:
+            exit_with(err)
 
 
 if __name__ == "__main__":

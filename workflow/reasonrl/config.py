@@ -12,6 +12,7 @@ import jsonschema
 import yaml
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.hub import names_local_path
 from reasonrl.io import load_schema
 
 
@@ -47,7 +48,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 
 def validate_config(raw: dict | None, source: str = "config", stage: bool = False) -> dict:
-    """Validate a config dict against workflow/schemas/config.schema.yaml; return it with defaults.
+    """Validate a config dict against schemas/config.schema.yaml; return it with defaults.
 
     `stage`: a rule's reduced config (--config-json), where a missing section is one the
     stage does not read, not a default to check others against.
@@ -62,6 +63,10 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     for name, task in filled["tasks"].items():
         if task["min_ops"] > task["max_ops"]:
             raise ReasonRLError(f"{source}: config key 'tasks.{name}.min_ops' exceeds max_ops")
+        if task["min_distractors"] > task["max_distractors"]:
+            raise ReasonRLError(
+                f"{source}: config key 'tasks.{name}.min_distractors' exceeds max_distractors"
+            )
     # Only sections the input gives, and not in a stage's config: it holds at most its own
     # task (the workflow checked the whole config before it reduced it).
     for section in ("sft", "evaluation"):
@@ -85,7 +90,27 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     _check_reward_models(raw or {}, filled, source, stage)
     _check_online(filled["online_dpo"], source)
     _check_ppo(raw or {}, filled, source)
+    if "comparisons" in (raw or {}) and not stage:
+        _check_comparisons(filled, source)
+    _check_model_folders(filled, source)
     return filled
+
+
+# policy.base values a rule of the workflow builds (not a folder or hub id).
+BUILT_BASES = ("tiny", "smollm2")
+
+
+def _check_model_folders(filled: dict, source: str) -> None:
+    """A model value that names a local folder must exist: caught when the config is read
+    (the workflow's dry run included), not when the stage that loads it runs."""
+    models = {
+        "preference.prompts.rephrase_model": filled["preference"]["prompts"]["rephrase_model"]
+    }
+    if filled["policy"]["base"] not in BUILT_BASES:
+        models["policy.base"] = filled["policy"]["base"]
+    for key, name in models.items():
+        if name and names_local_path(name) and not Path(name).expanduser().is_dir():
+            raise ReasonRLError(f"{source}: config key '{key}': model folder '{name}' not found")
 
 
 def sft_policies(config: dict) -> dict[str, dict]:
@@ -193,6 +218,55 @@ def _check_ppo(raw: dict, filled: dict, source: str) -> None:
         )
 
 
+def evaluated_arms(config: dict) -> dict[str, list[str]]:
+    """Every policy the workflow evaluates on a test split -> the tasks it is evaluated on:
+    the arms a declared comparison may name (METHOD-best is the round the held-out selection
+    picked)."""
+    tasks = config["evaluation"]["tasks"]
+    arms = {"base": tasks}
+    for name, policy in sft_policies(config).items():
+        arms[f"sft-{name}"] = (
+            [t for t in tasks if t in policy["tasks"]] if policy["own_tasks"] else tasks
+        )
+    for variant in config["preference"]["variants"]:
+        rounds = range(1, variant["rounds"] + 1)
+        arms.update((f"{variant['name']}-round{r}", tasks) for r in rounds)
+        arms[f"{variant['name']}-best"] = tasks
+    for section, prefix in (("online_dpo", "online"), ("ppo", "ppo")):
+        for variant in config[section]["variants"]:
+            arms[f"{prefix}-{variant['name']}"] = [config[section]["task"]]
+    return arms
+
+
+def _check_comparisons(config: dict, source: str) -> None:
+    """Declared comparisons: unique names, two arms the workflow evaluates on the task."""
+    declared = config["comparisons"]["declared"]
+    names = [c["name"] for c in declared]
+    arms = evaluated_arms(config)
+    for index, comparison in enumerate(declared):
+        _reject_repeat(names, comparison["name"], "comparisons.declared", source)
+        for side in ("a", "b"):
+            arm = comparison[side]
+            if comparison["task"] not in arms.get(arm, []):
+                raise ReasonRLError(
+                    f"{source}: config key 'comparisons.declared.{index}.{side}': "
+                    f"'{arm}' is not a policy this config evaluates on '{comparison['task']}'"
+                )
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's content; malformed YAML raises `path:line:column: malformed YAML: why`
+    (line and column 1-based, as editors count). FileNotFoundError passes through."""
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None)
+        reason = f": {problem}" if problem else ""
+        raise ReasonRLError(f"{path}{where}: malformed YAML{reason}") from None
+
+
 def load_config(path: str | Path | None = None, json_text: str | None = None) -> dict:
     """Load a config from a YAML file or a JSON string (as Snakemake rules pass it)."""
     if json_text is not None:
@@ -205,13 +279,9 @@ def load_config(path: str | Path | None = None, json_text: str | None = None) ->
         return validate_config({})
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = read_yaml(path)
     except FileNotFoundError:
         raise ReasonRLError(f"{path}: config file not found") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ReasonRLError(f"{path}{line}: malformed YAML") from None
     if raw is not None and not isinstance(raw, dict):
         raise ReasonRLError(f"{path}: a config must be a mapping")
     return validate_config(raw, str(path))

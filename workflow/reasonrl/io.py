@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.resources
 import json
 import os
 import tempfile
@@ -17,7 +18,27 @@ import yaml
 
 from reasonrl.errors import ReasonRLError
 
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+
+def current_umask() -> int:
+    """The process's umask, read without setting it (os.umask sets it: a race with threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """Give a file, or a folder and everything in it, the modes a plain open or mkdir would
+    have given them: mkstemp (0600), mkdtemp (0700) and safetensors (0600) do not follow the
+    umask, and colleagues are meant to read a run's outputs as the umask intends."""
+    mask = current_umask()
+    path = Path(path)
+    for entry in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if not entry.is_symlink():
+            os.chmod(entry, (0o777 if entry.is_dir() else 0o666) & ~mask)
 
 
 @contextlib.contextmanager
@@ -34,6 +55,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    follow_umask(tmp_path)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -63,9 +85,9 @@ def read_json(path: str | os.PathLike) -> Any:
 
 @cache
 def load_schema(name: str) -> dict:
-    """Load `workflow/schemas/<name>.schema.yaml`."""
-    with open(SCHEMA_DIR / f"{name}.schema.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    """Load the package's `schemas/<name>.schema.yaml` (package data: any install finds it)."""
+    resource = importlib.resources.files("reasonrl") / "schemas" / f"{name}.schema.yaml"
+    return yaml.safe_load(resource.read_text(encoding="utf-8"))
 
 
 def _validator(schema_name: str) -> jsonschema.protocols.Validator:

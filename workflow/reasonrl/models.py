@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -22,6 +23,8 @@ from transformers import (
 
 from reasonrl.chat import CHATML_TEMPLATE
 from reasonrl.errors import ReasonRLError
+from reasonrl.hub import hub_unreachable, names_local_path
+from reasonrl.io import follow_umask
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,7 @@ def save_folder_atomically(out_dir: str | Path, save) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         save(tmp)
+        follow_umask(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
@@ -147,28 +151,60 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or name.startswith("results") or name.count("/") > 1
-
-
-def _hub_error(name: str) -> ReasonRLError:
+def _hub_error(name: str, reason: str) -> ReasonRLError:
     return ReasonRLError(
         f"model '{name}' is neither a local folder nor loadable from the Hugging Face hub "
-        "(offline?): download it and set policy.base to its local folder"
+        f"({reason}): download it and set policy.base to its local folder"
     )
 
 
-def load_tokenizer(name_or_path: str | Path):
-    name = str(name_or_path)
+def _hub_unreachable_for(name: str) -> str | None:
+    """Why `name` will be read from the local HF cache only (None: as from_pretrained reads
+    it). A local path that does not exist is refused at once; a hub id is read from the cache
+    alone when the hub cannot be reached, instead of a minute of retries."""
     if Path(name).is_dir():
-        tokenizer = AutoTokenizer.from_pretrained(name)
-    elif _looks_like_path(name):
+        return None
+    if names_local_path(name):
         raise ReasonRLError(f"{name}: model folder not found")
-    else:
+    return hub_unreachable()
+
+
+def _unreadable_weights(folder: Path) -> tuple[Path, str] | None:
+    """The first safetensors file of `folder` whose header is broken (truncated, not one)."""
+    for file in sorted(folder.glob("*.safetensors")):
         try:
-            tokenizer = AutoTokenizer.from_pretrained(name)
-        except (OSError, ValueError):
-            raise _hub_error(name) from None
+            with safe_open(file, framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            return file, str(err).splitlines()[0]
+    return None
+
+
+def from_pretrained(loader, name_or_path: str | Path, **kwargs):
+    """`loader.from_pretrained(name, **kwargs)` with one-line errors: a missing folder or an
+    unreachable hub at once, broken or wrong-shape weights naming their file."""
+    name = str(name_or_path)
+    unreachable = _hub_unreachable_for(name)
+    if unreachable:
+        kwargs["local_files_only"] = True
+    try:
+        return loader.from_pretrained(name, **kwargs)
+    except (OSError, ValueError, RuntimeError, SafetensorError) as err:
+        folder = Path(name)
+        if not folder.is_dir():
+            raise _hub_error(name, unreachable or "not on the hub, or offline?") from None
+        broken = _unreadable_weights(folder)
+        if broken is not None:
+            raise ReasonRLError(f"{broken[0]}: unreadable weights: {broken[1]}") from None
+        if "mismatch" in str(err):
+            weights = ", ".join(map(str, sorted(folder.glob("*.safetensors")))) or str(folder)
+            raise ReasonRLError(f"{weights}: weight shapes do not match config.json") from None
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ReasonRLError(f"{folder}: cannot load: {first_line}") from None
+
+
+def load_tokenizer(name_or_path: str | Path):
+    tokenizer = from_pretrained(AutoTokenizer, name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -206,10 +242,7 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32"):
     """
     name = str(name_or_path)
     tokenizer = load_tokenizer(name)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
-    except (OSError, ValueError):
-        raise _hub_error(name) from None
+    model = from_pretrained(AutoModelForCausalLM, name, dtype=DTYPES[dtype])
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(execution_device()), tokenizer

@@ -1,7 +1,7 @@
 """The worker pool: many programs, one sandbox each, a bounded number at a time.
 
 Every program that reasonrl runs (the tool loop's cells, code grading, benchmark
-evaluation) goes through `WorkerPool.run` (or `Sandbox.run`, which it calls): results come
+evaluation) goes through `WorkerPool.run` (which calls `Sandbox.run` for each): results come
 back in input order with their status, duration and capped output. At most `workers`
 sandboxes run at once, and fewer when `memory_mb` (the pool's memory budget) cannot hold
 that many sandboxes' memory caps. A batch can be cancelled (`cancel()`, from any thread) or

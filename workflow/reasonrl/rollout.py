@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from reasonrl.chat import render
 from reasonrl.generation import GenerationEngine, SamplingParams
+from reasonrl.pool import WorkerPool
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 
 CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
@@ -182,7 +183,7 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
             else:
                 to_run.append((state, code))
     programs = [program_with_history(s.cells, code) for s, code in to_run]
-    for (state, code), result in zip(to_run, sandbox.run_many(programs), strict=True):
+    for (state, code), result in zip(to_run, WorkerPool(sandbox).run(programs), strict=True):
         state.cells.append(code)
         state.tool_status.append(result.status)
         state.messages.append({"role": "user", "content": f"```output\n{result.output}\n```"})

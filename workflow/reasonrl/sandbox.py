@@ -315,14 +315,6 @@ class Sandbox:
             message = f"sandbox failed: {type(exc).__name__}: {exc}"
             return SandboxResult("refused", "", message, None, time.monotonic() - start)
 
-    def run_many(
-        self, codes: list[str], deadline_seconds: float | None = None
-    ) -> list[SandboxResult]:
-        """Run programs in the worker pool; results in input order (see reasonrl.pool)."""
-        from reasonrl.pool import WorkerPool
-
-        return WorkerPool(self).run(codes, deadline_seconds=deadline_seconds)
-
     def _run(
         self, code: str, stdin: str, start: float, cancel: CancelToken | None, deadline
     ) -> SandboxResult:

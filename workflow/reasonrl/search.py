@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from reasonrl.evaluation import bootstrap_ci, maj_at_k, pass_at_k
+from reasonrl.metrics import bootstrap_ci, maj_at_k, pass_at_k
 from reasonrl.rewards.steps import NEGATIVE, NEUTRAL, POSITIVE
 
 

@@ -8,15 +8,14 @@
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from reasonrl.config import sft_policies
+from reasonrl.config import BUILT_BASES, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
-from reasonrl.errors import ReasonRLError
+from reasonrl.errors import ReasonRLError, exit_with
 
 
 wildcard_constraints:
@@ -44,8 +43,6 @@ def torch_threads(wildcards):
         return 1
 
 
-# policy.base values a rule of models.smk builds into BASE_MODEL_DIR.
-BUILT_BASES = ("tiny", "smollm2")
 # Task kinds loaded from a hub data set unless the task gives a local path.
 HUB_TASK_KINDS = ("gsm8k", "math", "mbpp")
 BASE_MODEL_DIR = "results/models/base"
@@ -300,7 +297,7 @@ def table_row_args(wildcards, input):
 try:
     IMAGE_LOCK = load_lock(Path(workflow.basedir) / config["containers"]["lock"])
 except ReasonRLError as err:
-    sys.exit(f"reasonrl: error: {err}")
+    exit_with(err)
 
 
 def rule_image(rule_name):
@@ -308,7 +305,7 @@ def rule_image(rule_name):
     try:
         return IMAGE_LOCK.stage(rule_name, config["containers"]["gpu_images"])
     except ReasonRLError as err:
-        sys.exit(f"reasonrl: error: {err}")
+        exit_with(err)
 
 
 def rule_container(rule_name):
@@ -485,3 +482,61 @@ def ppo_table_rows(wildcards, input):
 def ppo_targets():
     """The PPO table when ppo.variants names any variant, else nothing."""
     return ["results/report/ppo/table.md"] if ppo_variants() else []
+
+
+# --- Declared comparisons (the report rule) -------------------------------------------------------
+
+COMPARISONS = config["comparisons"]["declared"]
+
+
+def comparison_policies(arm):
+    """The policies whose test trajectories an arm needs: METHOD-best needs every round of
+    the method and the SFT start, since the held-out selection picks among them."""
+    if arm.endswith("-best"):
+        method = arm.removesuffix("-best")
+        return [round_policy(method, r) for r in [0, *preference_rounds(method)]]
+    return [arm]
+
+
+def comparison_arms():
+    """(policy, test trajectories) of every arm of every declared comparison."""
+    arms = {}
+    for comparison in COMPARISONS:
+        for side in ("a", "b"):
+            for policy in comparison_policies(comparison[side]):
+                arms[policy] = (
+                    f"results/eval/{policy}/{comparison['task']}/trajectories.jsonl"
+                )
+    return arms
+
+
+def comparison_best_files():
+    methods = {
+        c[side].removesuffix("-best")
+        for c in COMPARISONS
+        for side in ("a", "b")
+        if c[side].endswith("-best")
+    }
+    return {m: f"results/selection/{m}-best/best.json" for m in sorted(methods)}
+
+
+def comparison_args(wildcards, input):
+    arms = [f"{policy}={path}" for policy, path in comparison_arms().items()]
+    best = [f"{method}={path}" for method, path in comparison_best_files().items()]
+    return f"{repeated_flag('--arm', arms)} {repeated_flag('--best', best)}"
+
+
+def comparison_outputs():
+    """The report's comparison files when the config declares comparisons, else none."""
+    if not COMPARISONS:
+        return {}
+    files = {
+        f"comparisons_{kind}": f"results/report/comparisons.{kind}"
+        for kind in ("json", "csv", "md")
+    }
+    files["comparisons_plot"] = report(
+        "results/report/comparisons.png",
+        caption="../report/comparisons.rst",
+        category="Comparisons",
+    )
+    return files

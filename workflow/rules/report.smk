@@ -5,7 +5,10 @@ rule report:
     input:
         metrics=eval_metrics(),
         sft_models=sft_models(),
+        trajectories=list(comparison_arms().values()),
+        best=list(comparison_best_files().values()),
     output:
+        **comparison_outputs(),
         summary_csv=report(
             "results/report/summary.csv",
             caption="../report/summary.rst",
@@ -37,9 +40,11 @@ rule report:
     container:
         rule_container("report")
     params:
-        config=config_json("evaluation"),
+        config=config_json("evaluation", "comparisons"),
         train_metrics=sft_train_metrics,
+        comparisons=comparison_args,
         out_dir=subpath(output.index, parent=True),
     shell:
         "reasonrl report --config-json {params.config} --metrics {input.metrics:q}"
-        " --train-metrics {params.train_metrics} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --train-metrics {params.train_metrics} {params.comparisons}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -36,8 +36,8 @@ CONTEXT_FILES = (
     "pyproject.toml",
     "README.md",
 )
-# The package and the schemas it reads (installed editable, as in the venv).
-PACKAGE_DIRS = ("workflow/reasonrl", "workflow/schemas")
+# The package, schemas included (installed editable, as in the venv).
+PACKAGE_DIRS = ("workflow/reasonrl",)
 # The wheels each image installs: requirement files and the pip options they go with.
 WHEEL_SETS = {
     "cpu": [

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
-from reasonrl.generation import Completion, SamplingParams
+from reasonrl.generation.engine import Completion, SamplingParams
 from reasonrl.models import end_of_turn_ids, load_policy, on_model_device
 
 if TYPE_CHECKING:
-    from reasonrl.training.preference import MaskedSequence
+    from reasonrl.sequences import MaskedSequence
 
 
 def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
@@ -39,13 +39,13 @@ class HFEngine:
 
     def sequence_logps(self, seqs: list[MaskedSequence]) -> list[float]:
         """Summed log-probs of each sequence's masked tokens under the current weights."""
-        from reasonrl.training.preference import reference_logps
+        from reasonrl.sequences import summed_logps
 
-        return reference_logps(self.model, seqs, self.tokenizer.pad_token_id)
+        return summed_logps(self.model, seqs, self.tokenizer.pad_token_id)
 
     def token_logps(self, seqs: list[MaskedSequence]) -> list[list[float]]:
         """Log-prob of each masked token (after the first position) under the current weights."""
-        from reasonrl.training.preference import token_logps
+        from reasonrl.sequences import token_logps
 
         return token_logps(self.model, seqs, self.tokenizer.pad_token_id)
 

@@ -9,11 +9,11 @@ import os
 from typing import TYPE_CHECKING
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.generation import Completion, SamplingParams
+from reasonrl.generation.engine import Completion, SamplingParams
 from reasonrl.models import end_of_turn_ids
 
 if TYPE_CHECKING:
-    from reasonrl.training.preference import MaskedSequence
+    from reasonrl.sequences import MaskedSequence
 
 
 def _import_vllm():

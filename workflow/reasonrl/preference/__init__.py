@@ -1,1 +1,2 @@
-"""The online iterative preference loop: prompt augmentation, round sampling, labelling."""
+"""The iterative preference rounds: prompt augmentation and labelling (the stages are
+stages.preference, the losses training.preference)."""

@@ -5,5 +5,8 @@ scoring: P("+") of every step in one forward pass, ORM and Bradley-Terry scores,
 pairs: Bradley-Terry preference pairs (maximum edit distance among SFT samples).
 annotation: Math-Shepherd step labels from K completions of every step prefix.
 mutation: code PRM data from one-node AST mutations checked by unit tests.
-training: the reward-model losses and the `train-reward-model` stage (the shared loop).
+models: reward-model training examples, held-out metrics, loading a trained one.
+trainers: training a BT-RM, ORM or PRM through the shared loop (losses in training.reward and
+training.lm_loss; the `train-reward-model` stage in stages.reward_models).
+reranking: every reward model's score of every sampled solution (best-of-N).
 """

@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from reasonrl.pool import WorkerPool
 from reasonrl.rewards.steps import NEGATIVE, NEUTRAL, POSITIVE
 from reasonrl.tasks import program_with_tests
 
@@ -170,7 +171,7 @@ def mutation_rows(
         )
         for p, m in jobs
     ]
-    results = sandbox.run_many(programs)
+    results = WorkerPool(sandbox).run(programs)
     passed = {
         p["id"] for (p, m), r in zip(jobs, results, strict=True) if m is None and r.status == "ok"
     }

@@ -11,8 +11,8 @@ import math
 
 from reasonrl.chat import render
 from reasonrl.errors import ReasonRLError
+from reasonrl.rewards.models import load_reward_model
 from reasonrl.rewards.scoring import bt_scores
-from reasonrl.rewards.training import load_reward_model
 
 REWARDS = ("rm", "oracle", "combined")
 

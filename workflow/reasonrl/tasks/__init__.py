@@ -1,6 +1,6 @@
 """Task problems and their graders: one module per problem source, one entry point here.
 
-A problem is a row of workflow/schemas/problem.schema.yaml. Math tasks (arith, gsm8k, math)
+A problem is a row of workflow/reasonrl/schemas/problem.schema.yaml. Math tasks (arith, gsm8k, math)
 are graded by their final \\boxed{} answer; code tasks (pycode, humaneval, mbpp) by running
 their unit tests in the sandbox.
 """

@@ -12,7 +12,7 @@ import contextlib
 import io
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reasonrl.tasks.sampling import draw_splits
 
@@ -21,6 +21,15 @@ ITEMS = ("marbles", "books", "coins", "apples", "stickers", "cards", "pencils", 
 CONTAINERS = ("bags", "boxes", "packs", "jars")
 START = ("{name} has {a} {item}.", "{name} starts with {a} {item}.", "{name} owns {a} {item}.")
 QUESTION = ("How many {item} does {name} have now?", "How many {item} does {name} have at the end?")
+# Sentences about someone else: they change nothing, and the solution says so (a skill the
+# frontier band asks for more often than the easy one).
+DISTRACTORS = (
+    "{other} has {a} {item}.",
+    "{other} buys {a} {item}.",
+    "{other} gives away {a} {item}.",
+    "{other} finds {a} {box}.",
+)
+SKIP_NOTE = "# this is about {other}, not {name}: x does not change"
 TOOL_INTRO = "Let me compute this step by step with Python."
 MAX_GROUPS = 9  # group counts, multipliers and divisors stay single-digit, as in word problems
 MAX_DIVISOR = 12
@@ -132,6 +141,16 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Distractor:
+    """A sentence about another person, placed after operation `after` (0: after the start)."""
+
+    after: int
+    other: str
+    a: int
+    phrasing: str
+
+
+@dataclass(frozen=True)
 class ArithProblem:
     name: str
     item: str
@@ -140,14 +159,31 @@ class ArithProblem:
     start_phrasing: str
     steps: tuple[Step, ...]
     question_phrasing: str
+    distractors: tuple[Distractor, ...] = ()
 
-    def _fill(self, text: str, a: int = 0, b: int = 0) -> str:
-        return text.format(name=self.name, item=self.item, box=self.box, a=a, b=b)
+    def _fill(self, text: str, a: int = 0, b: int = 0, other: str = "") -> str:
+        return text.format(name=self.name, item=self.item, box=self.box, a=a, b=b, other=other)
+
+    def _parts(self) -> list[tuple[str, Step | Distractor | None]]:
+        """(sentence, what it is) in question order: the start (None), then each operation,
+        with the distractors placed among them."""
+        parts: list[tuple[str, Step | Distractor | None]] = [
+            (self._fill(self.start_phrasing, self.start), None)
+        ]
+        for index in range(len(self.steps) + 1):
+            if index:
+                step = self.steps[index - 1]
+                parts.append((self._fill(step.phrasing, step.a, step.b), step))
+            parts += [
+                (self._fill(d.phrasing, d.a, other=d.other), d)
+                for d in self.distractors
+                if d.after == index
+            ]
+        return parts
 
     def sentences(self) -> list[str]:
-        """The start sentence and one sentence per operation, as the question states them."""
-        sentences = [self._fill(self.start_phrasing, self.start)]
-        return sentences + [self._fill(s.phrasing, s.a, s.b) for s in self.steps]
+        """Every sentence before the question, in order (distractors included)."""
+        return [text for text, _ in self._parts()]
 
     def question(self) -> str:
         return " ".join([*self.sentences(), self._fill(self.question_phrasing)])
@@ -155,24 +191,30 @@ class ArithProblem:
     def program(self) -> str:
         # Each line is preceded by the sentence it encodes, as a comment: the model restates
         # the sentence (a verbatim copy) and then turns that local text into code, which a
-        # small model learns far sooner than finding each number in the question.
-        lines = [f"x = {self.start}"]
-        lines += [OPERATIONS[s.kind].code.format(a=s.a, b=s.b) for s in self.steps]
-        commented = [
-            f"# {text}\n{line}" for text, line in zip(self.sentences(), lines, strict=True)
-        ]
-        return "\n".join([*commented, "print(x)"]) + "\n"
+        # small model learns far sooner than finding each number in the question. A
+        # distractor's comment is followed by a note saying why no line follows.
+        lines = []
+        for text, part in self._parts():
+            if part is None:
+                lines.append(f"# {text}\nx = {self.start}")
+            elif isinstance(part, Distractor):
+                lines.append(f"# {text}\n{SKIP_NOTE.format(other=part.other, name=self.name)}")
+            else:
+                lines.append(f"# {text}\n{OPERATIONS[part.kind].code.format(a=part.a, b=part.b)}")
+        return "\n".join([*lines, "print(x)"]) + "\n"
 
     def cot(self, answer: str) -> str:
         # Restates each sentence before its equations, like the program's comments, so the
         # two solution styles differ only in who does the arithmetic.
-        sentences = self.sentences()
-        parts = [sentences[0]]
+        parts = []
         total = self.start
-        for text, step in zip(sentences[1:], self.steps, strict=True):
+        for text, part in self._parts():
             parts.append(text)
-            parts += COT_STEPS[step.kind](total, step.a, step.b)
-            total = OPERATIONS[step.kind].apply(total, step.a, step.b)
+            if isinstance(part, Distractor):
+                parts.append(f"That is about {part.other}, so {self.name} still has {total}.")
+            elif isinstance(part, Step):
+                parts += COT_STEPS[part.kind](total, part.a, part.b)
+                total = OPERATIONS[part.kind].apply(total, part.a, part.b)
         parts.append(f"The answer is \\boxed{{{answer}}}.")
         return " ".join(parts)
 
@@ -193,14 +235,16 @@ def _step(rng: random.Random, total: int, top: int) -> Step:
             return Step(kind, *operands, rng.choice(OPERATIONS[kind].phrasings))
 
 
-def random_problem(rng: random.Random, num_ops: int, max_operand: int) -> ArithProblem:
+def random_problem(
+    rng: random.Random, num_ops: int, max_operand: int, num_distractors: int = 0
+) -> ArithProblem:
     start = rng.randint(min(10, max_operand), max_operand)
     steps, total = [], start
     for _ in range(num_ops):
         step = _step(rng, total, max_operand)
         total = OPERATIONS[step.kind].apply(total, step.a, step.b)
         steps.append(step)
-    return ArithProblem(
+    problem = ArithProblem(
         name=rng.choice(NAMES),
         item=rng.choice(ITEMS),
         box=rng.choice(CONTAINERS),
@@ -209,6 +253,21 @@ def random_problem(rng: random.Random, num_ops: int, max_operand: int) -> ArithP
         steps=tuple(steps),
         question_phrasing=rng.choice(QUESTION),
     )
+    # Drawn last, and only when asked for, so problems without distractors are the same
+    # draws as before the knob existed.
+    if num_distractors:
+        others = [n for n in NAMES if n != problem.name]
+        distractors = tuple(
+            Distractor(
+                rng.randint(0, num_ops),
+                rng.choice(others),
+                rng.randint(2, max_operand),
+                rng.choice(DISTRACTORS),
+            )  # fmt: skip
+            for _ in range(num_distractors)
+        )
+        problem = replace(problem, distractors=distractors)
+    return problem
 
 
 def problem_row(problem: ArithProblem, task: str, split: str, index: int) -> dict:
@@ -233,6 +292,7 @@ def problem_row(problem: ArithProblem, task: str, split: str, index: int) -> dic
             "ops": [s.kind for s in problem.steps],
             "num_ops": len(problem.steps),
             "num_operands": 1 + sum(1 + (s.b > 0) for s in problem.steps),
+            "num_distractors": len(problem.distractors),
             "item": problem.item,
         },
     }
@@ -243,7 +303,9 @@ def build(task: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]
 
     def draw(rng: random.Random) -> tuple[ArithProblem, str]:
         num_ops = rng.randint(settings["min_ops"], settings["max_ops"])
-        problem = random_problem(rng, num_ops, settings["max_operand"])
+        low, high = settings["min_distractors"], settings["max_distractors"]
+        distractors = rng.randint(low, high) if high else 0
+        problem = random_problem(rng, num_ops, settings["max_operand"], distractors)
         return problem, problem.question()
 
     splits = draw_splits(task, settings, seed, draw)

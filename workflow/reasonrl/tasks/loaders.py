@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import ast
 import logging
-import os
 import random
 import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.hub import hub_unreachable
 from reasonrl.io import iter_jsonl
 from reasonrl.tasks.grading import extract_answer
 
@@ -42,7 +40,6 @@ DEFAULT_HUB = {
     ),
     "mbpp": ("google-research-datasets/mbpp", ("full",)),
 }
-HUB_PROBE_TIMEOUT_S = 3
 CALCULATOR_ANNOTATION = re.compile(r"<<[^>]*>>")
 
 
@@ -74,21 +71,6 @@ def _local_splits(path: str) -> dict[str, tuple[str, list[dict]]]:
     return {"train": (path, []), "test": (path, _read_local(Path(path)))}
 
 
-def _hub_unreachable() -> str | None:
-    """Why the hub cannot be reached (None if it can), checked in seconds: the hub client
-    otherwise retries for minutes. Offline mode skips the check and uses the local cache."""
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
-        return None
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host = endpoint.hostname
-    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
-    try:
-        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S).close()
-    except OSError as err:
-        return f"{host} unreachable: {err}; set HF_HUB_OFFLINE=1 to use a cached copy"
-    return None
-
-
 def _hub_error(name: str, hub_id: str, reason: str) -> ReasonRLError:
     return ReasonRLError(
         f"{name}: cannot load '{hub_id}' from the Hugging Face hub (offline? {reason}); "
@@ -101,7 +83,7 @@ def _hub_splits(name: str, kind: str, hub_id: str | None) -> dict[str, tuple[str
     default_id, default_configs = DEFAULT_HUB[kind]
     configs = default_configs if hub_id is None else (None,)
     hub_id = hub_id or default_id
-    unreachable = _hub_unreachable()
+    unreachable = hub_unreachable()
     if unreachable:
         raise _hub_error(name, hub_id, unreachable)
     try:

@@ -22,7 +22,7 @@ from accelerate import Accelerator, PartialState
 from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from reasonrl.io import write_csv, write_json
+from reasonrl.io import follow_umask, write_csv, write_json
 from reasonrl.models import save_folder_atomically, to_device
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,7 @@ class CheckpointStore:
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             (tmp / "loop.json").write_text(json.dumps({"step": step, "history": history}))
+            follow_umask(tmp)
             os.replace(tmp, self.folder / f"step-{step}")
             for old in self.folder.glob("step-*"):
                 if old.name != f"step-{step}":

@@ -22,6 +22,7 @@ from torch import nn
 from transformers import AutoModel
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.sequences import action_logps
 
 CRITIC_KINDS = ("separate", "shared")
 
@@ -124,12 +125,6 @@ def clipped_value_loss(
     clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
     worst = torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
     return 0.5 * masked_mean(worst, action_mask)
-
-
-def action_logps(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """log pi(token j+1 | prefix up to j), shape [B, T-1]."""
-    logps = logits[:, :-1].float().log_softmax(-1)
-    return torch.gather(logps, 2, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
 class PolicyCritic(nn.Module):

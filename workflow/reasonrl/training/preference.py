@@ -9,24 +9,21 @@ mask selects:
   included, as if the whole trajectory were one response.
 
 RAFT (SFT on correct trajectories) is the same masked next-token loss as SFT.
-Reference log-probs are computed once per round (reference_logps) and cached with the data,
-so training keeps only the policy resident; a live reference model is supported for the
-benchmark that measures what the cache saves.
+Reference log-probs are computed once per round (reasonrl.sequences.summed_logps) and cached
+with the data, so training keeps only the policy resident; a live reference model is supported
+for the benchmark that measures what the cache saves.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
-from reasonrl.models import on_model_device
-from reasonrl.training.ppo import action_logps
+from reasonrl.sequences import encode_trajectory, pad_sequences, sequence_logps
 
 # loss name -> (family, multi_turn)
 LOSSES = {
@@ -53,60 +50,6 @@ class LossSettings:
     @property
     def multi_turn(self) -> bool:
         return LOSSES[self.name][1]
-
-
-@dataclass(frozen=True)
-class MaskedSequence:
-    """Token ids of a whole trajectory and the mask of tokens its log-prob sums over."""
-
-    input_ids: list[int]
-    mask: list[int]
-
-
-def encode_trajectory(
-    tokenizer, messages: list[dict], multi_turn: bool, max_length: int | None = None
-) -> MaskedSequence:
-    """Tokenise a trajectory with the mask of the model's turns (multi-turn) or of everything
-    after the prompt (single-turn: from the first to the last token of the model's turns)."""
-    chat = tokenize_chat(tokenizer, messages, max_length)
-    mask = list(chat.loss_mask)
-    if not any(mask):
-        raise ReasonRLError("trajectory has no model turn to score")
-    if not multi_turn:
-        first = mask.index(1)
-        last = len(mask) - 1 - mask[::-1].index(1)
-        mask = [int(first <= i <= last) for i in range(len(mask))]
-    return MaskedSequence(chat.input_ids, mask)
-
-
-def pad_sequences(seqs: Sequence[MaskedSequence], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input_ids, attention_mask and score mask of a list of sequences."""
-    width = max(len(s.input_ids) for s in seqs)
-    rows = [(s, width - len(s.input_ids)) for s in seqs]
-    return {
-        "input_ids": torch.tensor([s.input_ids + [pad_id] * fill for s, fill in rows]),
-        "attention_mask": torch.tensor([[1] * (width - fill) + [0] * fill for _, fill in rows]),
-        "score_mask": torch.tensor([s.mask + [0] * fill for s, fill in rows]),
-    }
-
-
-def sequence_logps(
-    model: torch.nn.Module, batch: dict[str, torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of log pi(token | prefix) over the score mask of each row, and the token counts."""
-    logps, logits_dtype = _next_token_logps(model, batch)
-    mask = batch["score_mask"][:, 1:].to(logits_dtype)
-    return (logps * mask).sum(-1), mask.sum(-1)
-
-
-def _next_token_logps(
-    model: torch.nn.Module, batch: dict[str, torch.Tensor]
-) -> tuple[torch.Tensor, torch.dtype]:
-    """log pi(token j+1 | prefix up to j) of every row [B, T-1] (fp32), and the logits' dtype."""
-    logits = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-    ).logits
-    return action_logps(logits, batch["input_ids"]), logits.dtype
 
 
 def dpo_loss(
@@ -266,34 +209,3 @@ class PreferenceBatches:
                 values = [self.reference[j] for j in chosen]
             batch["ref_logps"] = torch.tensor(values, dtype=torch.float32)
         return batch
-
-
-@torch.no_grad()
-@torch.inference_mode()
-def token_logps(
-    model: torch.nn.Module, seqs: list[MaskedSequence], pad_id: int, batch_size: int = 16
-) -> list[list[float]]:
-    """log pi(token | prefix) of each scored token (mask 1, after the first position) of each
-    sequence, in order: per-token log-probs for PPO's ratio and KL penalty."""
-    model.eval()
-    values: list[list[float]] = []
-    for start in range(0, len(seqs), batch_size):
-        batch = on_model_device(pad_sequences(seqs[start : start + batch_size], pad_id), model)
-        logps, _ = _next_token_logps(model, batch)
-        mask = batch["score_mask"][:, 1:].bool()
-        values.extend(row[keep].tolist() for row, keep in zip(logps, mask, strict=True))
-    return values
-
-
-def reference_logps(
-    model: torch.nn.Module, seqs: list[MaskedSequence], pad_id: int, batch_size: int = 16
-) -> list[float]:
-    """Summed log-probs of each sequence under `model` (eval mode, no gradients)."""
-    from tqdm import tqdm
-
-    model.eval()
-    values: list[float] = []
-    for start in tqdm(range(0, len(seqs), batch_size), desc="reference", leave=False):
-        batch = on_model_device(pad_sequences(seqs[start : start + batch_size], pad_id), model)
-        values.extend(sequence_logps(model, batch)[0].tolist())
-    return values

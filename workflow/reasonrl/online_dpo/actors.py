@@ -172,8 +172,8 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
     RLOO's ratio)."""
     from reasonrl.generation import SamplingParams
     from reasonrl.rollout import RolloutLimits, run_rollouts
-    from reasonrl.training.online import sample_reward
-    from reasonrl.training.preference import encode_trajectory
+    from reasonrl.sequences import encode_trajectory
+    from reasonrl.training.online_dpo import sample_reward
 
     config = spec.config
     section = config["online_dpo"]

@@ -1,18 +1,18 @@
-"""The preference-loop stages behind the CLI: augment, sample, label, reference, train, select.
+"""Stages of workflow/rules/preference.smk, the iterative preference rounds: augment, sample,
+label, reference log-probs, train, select, table.
 
 Each reads and writes files only (explicit paths), so a rule is one call.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from pathlib import Path
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl, write_text
+from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from reasonrl.manifest import Provenance
+from reasonrl.tables import frame, write_table
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def variant_settings(config: dict, name: str) -> dict:
 # ---- augment_prompts ---------------------------------------------------------------------------
 
 
-def run_augment(
+def augment_prompts(
     config: dict,
     task: str,
     train_path: str,
@@ -115,7 +115,7 @@ def _model_rephraser(config: dict):
 # ---- sample_round ------------------------------------------------------------------------------
 
 
-def run_sampling(
+def sample_round(
     config: dict,
     prompts_path: str,
     samplers: list[tuple[str, str, int]],
@@ -172,15 +172,15 @@ def run_sampling(
 # ---- label_preferences -------------------------------------------------------------------------
 
 
-def run_labelling(config: dict, samples_path: str, round_no: int, out_dir: str) -> dict:
-    from reasonrl.preference.labelling import label_preferences
+def label_preferences(config: dict, samples_path: str, round_no: int, out_dir: str) -> dict:
+    from reasonrl.preference import labelling
 
     section = config["preference"]["labelling"]
     provenance = Provenance(
         "label-preferences", {"preference": {"labelling": section}}, [samples_path], config["seed"]
     )
     trajectories = read_jsonl(samples_path, schema="trajectory")
-    pairs, unpaired, winners, stats = label_preferences(
+    pairs, unpaired, winners, stats = labelling.label_preferences(
         trajectories, section["max_tokens"], config["seed"] * 1000 + round_no
     )
     out = Path(out_dir)
@@ -219,12 +219,13 @@ def _sequences(tokenizer, variant: dict, rows: list[dict], max_length: int) -> l
     return unpaired_sequences(tokenizer, rows, multi_turn, max_length)
 
 
-def run_reference(
+def reference_logps(
     config: dict, variant_name: str, model_path: str, data_dir: str, out_path: str
 ) -> int:
     """Reference log-probs of every training row, computed once for the round."""
     from reasonrl.models import load_policy
-    from reasonrl.training.preference import LOSSES, reference_logps
+    from reasonrl.sequences import summed_logps
+    from reasonrl.training.preference import LOSSES
 
     variant = variant_settings(config, variant_name)
     provenance = Provenance(
@@ -238,7 +239,7 @@ def run_reference(
     seqs = _sequences(tokenizer, variant, rows, config["preference"]["train"]["max_length"])
     paired = LOSSES[variant["loss"]][0] == "dpo"
     flat = [s for pair in seqs for s in pair] if paired else seqs
-    values = reference_logps(model, flat, tokenizer.pad_token_id)
+    values = summed_logps(model, flat, tokenizer.pad_token_id)
     width = 2 if paired else 1
     out_rows = [
         {"index": i, "problem_id": row["problem_id"], "logps": values[i * width : (i + 1) * width]}
@@ -249,7 +250,7 @@ def run_reference(
     return len(out_rows)
 
 
-def run_training(
+def preference_train(
     config: dict,
     variant_name: str,
     model_path: str,
@@ -259,7 +260,8 @@ def run_training(
 ) -> dict:
     """One round of a variant: its loss through the shared loop, from the previous policy."""
     from reasonrl.models import load_policy
-    from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
+    from reasonrl.stages._train import TrainingRun
+    from reasonrl.training.loop import LoopSettings
     from reasonrl.training.preference import (
         LOSSES,
         LossSettings,
@@ -268,11 +270,10 @@ def run_training(
     )
 
     variant = variant_settings(config, variant_name)
-    section = config["preference"]["train"]
+    section, seed = config["preference"]["train"], config["seed"]
     inputs = [model_path, data_dir] + ([reference_path] if reference_path else [])
-    provenance = Provenance(
-        "preference-train", {"variant": variant, "train": section}, inputs, config["seed"]
-    )
+    sections = {"variant": variant, "train": section}
+    run = TrainingRun("preference-train", out_dir, sections, inputs, seed, variant, section)
     rows = _training_rows(variant, data_dir)
     if not rows:
         raise ReasonRLError(f"{data_dir}: no training rows for variant '{variant_name}'")
@@ -280,50 +281,32 @@ def run_training(
     family = LOSSES[variant["loss"]][0]
     batch_size = section["batch_size"]
     if family == "sft":
-        batches, loss_fn = _raft_batches(tokenizer, rows, section, config["seed"])
+        batches, loss_fn = _raft_batches(tokenizer, rows, section, seed)
     else:
         seqs = _sequences(tokenizer, variant, rows, section["max_length"])
         reference = _read_reference(reference_path, rows, family == "dpo")
         desirable = None if family == "dpo" else [r["desirable"] for r in rows]
         batches = PreferenceBatches(
-            seqs, batch_size, tokenizer.pad_token_id, config["seed"], desirable, reference
+            seqs, batch_size, tokenizer.pad_token_id, seed, desirable, reference
         )
         loss_fn = PreferenceObjective(
             LossSettings(variant["loss"], variant["eta"], variant["nll_weight"])
         )
     steps = max(1, round(section["epochs"] * len(rows) / batch_size))
     settings = LoopSettings.from_config(
-        {**section, "lr": variant["lr"] or section["lr"], "max_steps": steps}, config["seed"]
+        {**section, "lr": variant["lr"] or section["lr"], "max_steps": steps}, seed
     )
-    out = Path(out_dir)
-    fingerprint = hashlib.sha256(
-        json.dumps([variant, section, provenance.hashes], sort_keys=True).encode()
-    ).hexdigest()
-    checkpoints = CheckpointStore(out.parent / f".{out.name}.ckpt", fingerprint)
-    result = train(model, batches, loss_fn, settings, checkpoints)
-    history = result["history"]
-    metrics = {
-        "name": out.name,
-        "variant": variant_name,
-        "loss": variant["loss"],
-        "rows": len(rows),
-        "steps": len(history),
-        "resumed_from": result["resumed_from"],
-        "final_loss": history[-1]["loss"],
-        "train_seconds": round(result["train_seconds"], 3),
-        "history": history,
-    }
-    save_trained_model(
-        out, result["model"], tokenizer, metrics, provenance, checkpoints,
-        state_dict=result["state_dict"],
-    )  # fmt: skip
+    result = run.fit(model, batches, loss_fn, settings)
+    identity = {"variant": variant_name, "loss": variant["loss"], "rows": len(rows)}
+    metrics = run.metrics(result, identity, {})
+    run.save(result["model"], tokenizer, metrics, state_dict=result["state_dict"])
     return metrics
 
 
 def _raft_batches(tokenizer, rows: list[dict], section: dict, seed: int):
     from reasonrl.chat import tokenize_chat
     from reasonrl.training.data import MicroBatches
-    from reasonrl.training.sft import masked_lm_loss
+    from reasonrl.training.lm_loss import masked_lm_loss
 
     samples = [tokenize_chat(tokenizer, r["messages"], section["max_length"]) for r in rows]
     batches = MicroBatches(
@@ -372,7 +355,9 @@ def select_best(selection_metrics: list[str], out_dir: str) -> dict:
     return result
 
 
-def write_table(rows_in: list[tuple[str, str, str]], best_paths: list[str], out_dir: str) -> list:
+def preference_table(
+    rows_in: list[tuple[str, str, str]], best_paths: list[str], out_dir: str
+) -> list:
     """Held-out pass@1 with its bootstrap 95% CI per (label, policy, metrics path), as CSV and
     Markdown; marks the round each variant's held-out selection picked and whether a
     policy's CI lies wholly above the first row's (the SFT starting point)."""
@@ -396,9 +381,5 @@ def write_table(rows_in: list[tuple[str, str, str]], best_paths: list[str], out_
     for row in rows:
         row["ci_above_baseline"] = row["ci_low"] > baseline_high
     out = Path(out_dir)
-    write_csv(out / "table.csv", rows)
-    header = "| " + " | ".join(rows[0]) + " |"
-    lines = [header, "|" + " --- |" * len(rows[0])]
-    lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
-    write_text(out / "table.md", "\n".join(lines) + "\n")
+    write_table(frame(rows), out / "table.csv", out / "table.md")
     return rows

@@ -1,28 +1,42 @@
-"""results/report/: tables and plots of every evaluation (and of SFT training)."""
+"""Stage of workflow/rules/report.smk: results/report/, tables and plots of every evaluation
+(and of SFT training)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from reasonrl.comparisons import run_declared
 from reasonrl.errors import ReasonRLError
-from reasonrl.io import atomic_path, read_json, write_csv, write_text
+from reasonrl.io import atomic_path, load_schema, read_json, write_json, write_text
+from reasonrl.tables import frame, markdown, write_csv
 
+log = logging.getLogger(__name__)
 REQUIRED_KEYS = ("policy", "task", "greedy_pass@1", "greedy_pass@1_ci")
 # moving-average window of the plotted SFT loss; per-step losses are noisy
 LOSS_SMOOTHING = 10
 
 
-def write_report(
-    metrics_paths: list[str], out_dir: str, train_metrics_paths: list[str] | None = None
+def report(
+    metrics_paths: list[str],
+    out_dir: str,
+    train_metrics_paths: list[str] | None = None,
+    comparisons: dict | None = None,
+    arm_paths: dict[str, str] | None = None,
+    best_paths: dict[str, str] | None = None,
 ) -> None:
     """Write summary.csv/.md, pass_at_1.png, pass_at_k.png, sft_loss.png (when training
-    metrics are given) and index.md, linking them, into out_dir."""
+    metrics are given), comparisons.json/.csv/.md/.png (when the config section
+    `comparisons` declares any: arm_paths maps each arm's policy to its test trajectories,
+    best_paths each METHOD of a METHOD-best arm to select-best's best.json) and index.md,
+    linking them, into out_dir."""
     evaluations = sorted(
         (_read_evaluation(path) for path in metrics_paths), key=lambda m: (m["task"], m["policy"])
     )
@@ -31,7 +45,7 @@ def write_report(
     out = Path(out_dir)
     ks = sorted({_k_of(key) for m in evaluations for key in m if key.startswith("pass@")})
     rows = [_summary_row(m, ks) for m in evaluations]
-    write_csv(out / "summary.csv", rows)
+    write_csv(frame(rows), out / "summary.csv")
     table = _markdown_table(rows)
     write_text(out / "summary.md", table)
     _save(_pass_at_1_figure(evaluations), out / "pass_at_1.png")
@@ -41,7 +55,62 @@ def write_report(
         runs = [_read_training(path) for path in train_metrics_paths]
         _save(_loss_figure(runs), out / "sft_loss.png")
         pictures.append("sft_loss.png")
+    if comparisons and comparisons["declared"]:
+        picked = {method: read_json(path)["best"] for method, path in (best_paths or {}).items()}
+        rows = run_declared(comparisons["declared"], arm_paths or {}, picked, comparisons["alpha"])
+        table += "\n" + _write_comparisons(rows, out, comparisons["alpha"])
+        pictures.append("comparisons.png")
     write_text(out / "index.md", _index(table, pictures))
+
+
+COMPARISON_COLUMNS = [
+    "name", "metric", "a", "b", "n", "value_a", "value_b", "diff", "ci_low", "ci_high",
+    "test", "p", "p_holm", "power",
+]  # fmt: skip
+
+
+def _write_comparisons(rows: list[dict], out: Path, alpha: float) -> str:
+    """comparisons.json (schema-checked rows), .csv, .md and the forest plot; returns the
+    Markdown table."""
+    validator = jsonschema.Draft202012Validator(load_schema("comparison"))
+    for row in rows:
+        validator.validate(row)
+    write_json(out / "comparisons.json", rows)
+    table = frame([{key: row.get(key) for key in COMPARISON_COLUMNS} for row in rows])
+    write_csv(table, out / "comparisons.csv")
+    shown = table.assign(verdict=[_verdict(row, alpha) for row in rows])
+    text = markdown(shown.map(lambda v: f"{v:.4g}" if isinstance(v, float) else v))
+    write_text(out / "comparisons.md", text)
+    _save(_forest_figure(rows), out / "comparisons.png")
+    for row in rows:
+        log.info(
+            "%s: %s - %s = %+.3f [%.3f, %.3f], p_holm %.3g",
+            row["name"], row["a"], row["b"], row["diff"], row["ci_low"], row["ci_high"],
+            row["p_holm"],
+        )  # fmt: skip
+    return text
+
+
+def _verdict(row: dict, alpha: float) -> str:
+    if row["ci_low"] > 0 and row["p_holm"] < alpha:
+        return "a > b"
+    if row["ci_high"] < 0 and row["p_holm"] < alpha:
+        return "a < b"
+    return "no difference shown"
+
+
+def _forest_figure(rows: list[dict]) -> Figure:
+    figure = Figure(figsize=(6, 0.6 * len(rows) + 1.2))
+    axes = figure.add_subplot()
+    positions = np.arange(len(rows))[::-1]
+    diffs = np.array([row["diff"] for row in rows])
+    errors = np.array([[r["diff"] - r["ci_low"], r["ci_high"] - r["diff"]] for r in rows]).T
+    axes.errorbar(diffs, positions, xerr=errors, fmt="o", capsize=4)
+    axes.axvline(0, color="grey", linewidth=1)
+    axes.set_yticks(positions, [f"{r['name']}\np_holm={r['p_holm']:.3g}" for r in rows])
+    axes.set_xlabel("difference a - b (paired bootstrap 95% CI)")
+    figure.tight_layout()
+    return figure
 
 
 def _read_evaluation(path: str) -> dict[str, Any]:
@@ -81,16 +150,17 @@ def _summary_row(metrics: dict[str, Any], ks: list[int]) -> dict[str, Any]:
 
 
 def _markdown_table(rows: list[dict[str, Any]]) -> str:
-    columns = ["policy", "task", "n_problems", "n_samples", "greedy pass@1 [95% CI]"]
-    columns += [c for c in rows[0] if "@" in c and c != "greedy_pass@1"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    for row in rows:
-        cells = [str(row["policy"]), str(row["task"]), _cell(row["n_problems"])]
-        cells.append(_cell(row["n_samples"]))
-        cells.append(f"{row['greedy_pass@1']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
-        cells += [_cell(row[c]) for c in columns[5:]]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    table = frame(rows)
+    sampled = [c for c in table.columns if "@" in c and c != "greedy_pass@1"]
+    shown = table[["policy", "task"]].copy()
+    shown["n_problems"] = table["n_problems"].map(_cell)
+    shown["n_samples"] = table["n_samples"].map(_cell)
+    shown["greedy pass@1 [95% CI]"] = [
+        f"{row['greedy_pass@1']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" for row in rows
+    ]
+    for column in sampled:
+        shown[column] = table[column].map(_cell)
+    return markdown(shown)
 
 
 def _cell(value: Any) -> str:

@@ -1,4 +1,4 @@
-"""PPO / PF-PPO on the shared training loop.
+"""One PPO / PF-PPO run on the shared training loop: its models, prompts and experience.
 
 The loop sees PPO as one more loss (training.ppo.PPOObjective) and one more batch source:
 micro-batch i belongs to iteration i // steps_per_iteration; the first micro-batch of an
@@ -14,8 +14,6 @@ queries, responses, reward-model passes, policy and critic forward-backward pass
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
@@ -23,25 +21,30 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
-from reasonrl.io import read_jsonl
-from reasonrl.manifest import Provenance
+from reasonrl.io import atomic_path
 from reasonrl.models import load_policy
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
-from reasonrl.training.filtration import FilterSpec, select
-from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
+from reasonrl.sequences import action_logps
+from reasonrl.training.filtration import (
+    FilterSpec,
+    r_squared,
+    reward_bins,
+    select,
+    selection_probabilities,
+)
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOObjective,
     PPOSettings,
-    action_logps,
     gae,
     normalise,
     token_rewards,
@@ -219,6 +222,9 @@ class PPORun:
 
     # --- the buffer -------------------------------------------------------------------------
     def fill_buffer(self, iteration: int, info: dict) -> dict[str, torch.Tensor]:
+        """One iteration's experience, in order: generate with the live policy -> score with
+        the reward -> filter (PF-PPO) -> old log-probs, values, per-token rewards and GAE
+        advantages (`experience`). The loop then updates on it for ppo_epochs epochs."""
         s = self.section
         problems = self.iteration_prompts(iteration)
         n = 1 if self.variant.filter.name == "ppo-s" else s["responses_per_prompt"]
@@ -241,10 +247,12 @@ class PPORun:
             reward_sampled=float(flat.mean()),
             reward_buffer=float(flat[picked].mean()),
         )
-        return self._tensors([rows[j]["messages"] for j in picked], normalised[picked])
+        return self.experience([rows[j]["messages"] for j in picked], normalised[picked])
 
     @torch.no_grad()
-    def _tensors(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
+    def experience(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
+        """The buffer of kept trajectories: the behaviour policy's log-probs and values, the
+        SFT reference's log-probs, per-token rewards (score minus the KL penalty) and GAE."""
         s = self.section
         chats = [tokenize_chat(self.tokenizer, m, s["max_length"]) for m in messages]
         width = max(len(c.input_ids) for c in chats)
@@ -284,7 +292,7 @@ class PPORun:
         }
 
 
-class _Objective(PPOObjective):
+class PPOObjectiveWithInfo(PPOObjective):
     """PPOObjective that passes the batch's iteration info through to the loop's history."""
 
     def __call__(self, model, batch):
@@ -305,73 +313,58 @@ def iteration_summary(history: list[dict]) -> list[dict]:
     return [out[k] for k in sorted(out)]
 
 
-def _fingerprint(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def run_ppo(
-    config: dict,
-    variant_name: str,
-    model_path: str,
-    reward_model: str | None,
-    problems_path: str,
-    out_dir: str,
-) -> dict:
-    """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest."""
-    section, seed = config["ppo"], config["seed"]
-    variant = find_variant(section, variant_name)
-    out = Path(out_dir)
-    inputs = [model_path, problems_path] + ([reward_model] if reward_model else [])
-    provenance = Provenance("ppo", {"ppo": section, "policy": config["policy"]}, inputs, seed)
-    problems = read_jsonl(problems_path, schema="problem")
-    if not problems:
-        raise ReasonRLError(f"{problems_path}: no problems to train on")
-    ckpt = out.parent / f".{out.name}.ckpt"
-    fingerprint = _fingerprint(variant_name, section, seed, provenance.hashes)
-    checkpoints = CheckpointStore(ckpt, fingerprint)
-    run = PPORun(config, variant, model_path, reward_model, problems, ckpt)
-    per = run.steps_per_iteration
-    settings = LoopSettings(
-        max_steps=section["iterations"] * per,
-        lr=section["policy_lr"],
-        max_grad_norm=section["max_grad_norm"],
-        checkpoint_every=per * section["checkpoint_iterations"],
-        log_every=per,
-        seed=seed,
-    )
-    result = train(run.model, PPOBatches(run), _Objective(run.settings()), settings, checkpoints)
-    final = run.evaluate(seed + 991)
-    run.keep_if_best(section["iterations"], final)
-    best = torch.load(run.best_path, weights_only=True)
-    run.model.policy.load_state_dict(best["state"])
-    history = result["history"]
-    iterations = iteration_summary(history)
-    metrics = {
-        "name": out.name,
-        "variant": variant.name,
-        "filter": variant.filter.name,
-        "label": variant.label,
-        "steps": len(history),
-        "steps_per_iteration": per,
-        "resumed_from": result["resumed_from"],
-        "final_loss": history[-1]["loss"],
-        "train_seconds": round(result["train_seconds"], 3),
-        "best_iteration": best["iteration"],
-        "best_heldout": {"pass": best["key"][0], "reward": best["key"][1]},
-        "final_heldout": final,
-        "compute": compute_totals(iterations),
-        "iterations": iterations,
-        "history": history,
-    }
-    save_trained_model(
-        out, run.model.policy, run.tokenizer, metrics, provenance, checkpoints,
-        summary={"best_iteration": best["iteration"], "compute": metrics["compute"]},
-    )  # fmt: skip
-    return metrics
-
-
 def compute_totals(iterations: list[dict]) -> dict[str, float]:
     """Per-iteration means of the paper's Table 4 counts."""
     keys = ("queries", "responses", "rm_passes", "policy_passes", "critic_passes")
     n = max(1, len(iterations))
     return {k: sum(it[k] for it in iterations) / n for k in keys}
+
+
+def strategy_rows(
+    variants: list[Variant], groups: list[list[float]], scores: list[list[float]], bins: int
+) -> tuple[list[dict], list[dict]]:
+    """(one R^2 row per strategy, the reward-bin points of each) from rewards and true scores
+    grouped per prompt. Every strategy weighs each response by its selection probability;
+    bins are equal-width over the range of all rewards, shared by the strategies."""
+    flat_rewards = [r for g in groups for r in g]
+    flat_scores = [s for g in scores for s in g]
+    edges = np.linspace(min(flat_rewards), max(flat_rewards), bins + 1)
+    table, points = [], []
+    unfiltered = Variant("unfiltered", FilterSpec("ppo-m"), "unfiltered (SFT policy)")
+    for variant in [unfiltered, *variants]:
+        probs = selection_probabilities(variant.filter, groups)
+        weights = [w for g in probs for w in g]
+        rows = reward_bins(flat_rewards, flat_scores, weights, edges)
+        r2 = r_squared([b["reward"] for b in rows], [b["score"] for b in rows])
+        table.append(
+            {
+                "strategy": variant.name,
+                "label": variant.label,
+                "filter": variant.filter.name,
+                "r2": None if r2 is None else round(r2, 4),
+                "bins": len(rows),
+                "mean_score": round(float(np.average(flat_scores, weights=weights)), 4),
+            }
+        )
+        points += [{"strategy": variant.name, **b} for b in rows]
+    return table, points
+
+
+def plot_bins(points: list[dict], path: Path) -> None:
+    """Mean true score against the mean reward of each bin, one line per strategy (Fig. 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in dict.fromkeys(p["strategy"] for p in points):
+        mine = [p for p in points if p["strategy"] == name]
+        ax.plot([p["reward"] for p in mine], [p["score"] for p in mine], marker="o", label=name)
+    ax.set_xlabel("reward (bin mean)")
+    ax.set_ylabel("true score (bin mean, unit tests passed)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)

@@ -1,4 +1,5 @@
-"""Evaluation metrics: greedy pass@1, unbiased pass@k and maj@k, and their summary."""
+"""Evaluation metrics (the estimators and statistics; the stages are stages.evaluate): greedy
+pass@1, unbiased pass@k and maj@k, bootstrap CIs, and their summary."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from reasonrl.io import read_json, write_json
-from reasonrl.online.actors import GeneratorProcess, Schedule
-from reasonrl.training.online import best_worst, dpo_batch, ppo_batch, rloo_batch
+from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
+from reasonrl.sequences import encode_trajectory, summed_logps, token_logps
+from reasonrl.training.online_dpo import best_worst, dpo_batch, ppo_batch, rloo_batch
 from reasonrl.training.ppo import PolicyCritic
-from reasonrl.training.preference import encode_trajectory, reference_logps, token_logps
 
 
 class RoundStore:
@@ -52,6 +52,22 @@ class RoundStore:
     def clear(self) -> None:
         if self.folder.exists():
             shutil.rmtree(self.folder)
+
+
+def best_worst_pairs(
+    rewards: list[float], k: int
+) -> tuple[list[tuple[int, int]], list[float], int]:
+    """The DPO pair of each prompt's k samples (consecutive rows): (best, worst) row indices,
+    their reward margins, and how many prompts had no pair (all rewards tied)."""
+    pairs, margins, ties = [], [], 0
+    for start in range(0, len(rewards), k):
+        choice = best_worst(rewards[start : start + k])
+        if choice is None:
+            ties += 1
+            continue
+        pairs.append((start + choice.best, start + choice.worst))
+        margins.append(choice.margin)
+    return pairs, margins, ties
 
 
 class OnlineBatches:
@@ -110,17 +126,10 @@ class OnlineBatches:
             ref_tokens = token_logps(self.reference_model, seqs, pad)
             ref = [sum(values) for values in ref_tokens]
         else:
-            ref = reference_logps(self.reference_model, seqs, pad)
+            ref = summed_logps(self.reference_model, seqs, pad)
         rewards = [row["reward"] for row in rows]
         behaviour = [row["behaviour_logp"] for row in rows]
-        pairs, margins, ties = [], [], 0
-        for start in range(0, len(rows), k):
-            choice = best_worst(rewards[start : start + k])
-            if choice is None:
-                ties += 1
-                continue
-            pairs.append((start + choice.best, start + choice.worst))
-            margins.append(choice.margin)
+        pairs, margins, ties = best_worst_pairs(rewards, k)
         if self.section["loss"] == "dpo":
             batch = dpo_batch(seqs, ref, pairs, pad)
         elif self.section["loss"] == "ppo":

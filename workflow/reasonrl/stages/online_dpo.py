@@ -1,18 +1,19 @@
-"""The online DPO stages behind the CLI: train one variant (sync or async), and the table."""
+"""Stages of workflow/rules/online_dpo.smk, the asynchronous online DPO: train one variant
+(sync or async), and the table."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import signal
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_text
-from reasonrl.manifest import Provenance
+from reasonrl.interrupts import raise_interrupted
+from reasonrl.io import read_json, read_jsonl, write_json, write_text
+from reasonrl.tables import frame, markdown, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +27,7 @@ def online_variant(config: dict, name: str) -> dict:
     raise ReasonRLError(f"online_dpo variant '{name}' is not in online_dpo.variants ({names})")
 
 
-def _raise_on_sigterm(signum, frame) -> None:
-    # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def run_online(
+def online_dpo(
     config: dict,
     variant_name: str,
     model_path: str,
@@ -45,11 +41,12 @@ def run_online(
     scored per online_dpo.reward (`reward_model`: the BT-RM folder); writes the HF folder with
     per-step metrics (JSON + CSV) and the manifest."""
     from reasonrl.models import load_policy
-    from reasonrl.online.actors import GeneratorProcess, GeneratorSpec, Schedule
-    from reasonrl.online.learner import OnlineBatches, RoundStore
+    from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
+    from reasonrl.online_dpo.learner import OnlineBatches, RoundStore
     from reasonrl.rewards.sequence import SequenceScorer
-    from reasonrl.training.loop import CheckpointStore, LoopSettings, save_trained_model, train
-    from reasonrl.training.online import OnlineObjective
+    from reasonrl.stages._train import TrainingRun
+    from reasonrl.training.loop import LoopSettings
+    from reasonrl.training.online_dpo import OnlineObjective
     from reasonrl.training.ppo import PolicyCritic
 
     variant = online_variant(config, variant_name)
@@ -58,20 +55,15 @@ def run_online(
     SequenceScorer.check(section["reward"], reward_model, "online_dpo.reward")
     inputs = [model_path, train_path] + ([reward_model] if reward_model else [])
     settings = {"online_dpo": section, **sections}
-    provenance = Provenance("online-dpo", settings, inputs, config["seed"])
+    run = TrainingRun("online-dpo", out_dir, settings, inputs, config["seed"], section, sections)
     schedule = Schedule(section["steps"], section["off_policy"], section["mode"] == "async")
     # Generator and learner get half the cores each in both modes (sync: they take turns), so
     # the speedup measures the overlap alone. Sync with every thread in each phase was
     # measured 2-10x slower on a shared 2-core machine (OpenMP threads waiting on each other).
     per_process = max(1, threads // 2)
     torch.set_num_threads(per_process)
-    out = Path(out_dir)
-    fingerprint = hashlib.sha256(
-        json.dumps([section, sections, provenance.hashes], sort_keys=True).encode()
-    ).hexdigest()
-    checkpoints = CheckpointStore(out.parent / f".{out.name}.ckpt", fingerprint)
-    store = RoundStore(out.parent / f".{out.name}.rounds", fingerprint)
-    store.reset_unless_resuming(checkpoints.latest() is not None)
+    store = RoundStore(run.out.parent / f".{run.out.name}.rounds", run.fingerprint)
+    store.reset_unless_resuming(run.checkpoints.latest() is not None)
     spec = GeneratorSpec(
         config={"online_dpo": section, "seed": config["seed"], **sections},
         model_path=model_path,
@@ -95,35 +87,23 @@ def run_online(
     objective = OnlineObjective(
         section["loss"], section["beta"], section["clip"], section["samples_per_prompt"]
     )
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out
+    # (also when called without the CLI, which does the same).
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         with GeneratorProcess(spec) as generator:
             batches = OnlineBatches(generator, store, schedule, section, tokenizer, reference)
-            result = train(model, batches, objective, settings, checkpoints, batches.on_step)
+            result = run.fit(model, batches, objective, settings, batches.on_step)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    history = result["history"]
-    metrics = {
-        "name": out.name,
-        "variant": variant_name,
-        "mode": section["mode"],
-        "loss": section["loss"],
-        "reward": section["reward"],
-        "off_policy": section["off_policy"],
-        "steps": len(history),
-        "resumed_from": result["resumed_from"],
-        "final_loss": history[-1]["loss"],
-        **timing_summary(history),
-        "history": history,
-    }
+    identity = {"variant": variant_name}
+    identity.update({k: section[k] for k in ("mode", "loss", "reward", "off_policy")})
+    metrics = run.metrics(result, identity, timing_summary(result["history"]), timed=False)
     trained = result["model"]
     if isinstance(trained, PolicyCritic):
-        save_trained_model(out, trained.policy, tokenizer, metrics, provenance, checkpoints)
+        run.save(trained.policy, tokenizer, metrics)
     else:
-        save_trained_model(
-            out, trained, tokenizer, metrics, provenance, checkpoints,
-            state_dict=result["state_dict"],
-        )  # fmt: skip
+        run.save(trained, tokenizer, metrics, state_dict=result["state_dict"])
     store.clear()
     return metrics
 
@@ -156,7 +136,7 @@ def _final(history: list[dict], key: str) -> float:
     return sum(h[key] for h in tail) / len(tail)
 
 
-def write_online_table(rows_in: list[tuple[str, str, str]], out_dir: str) -> list[dict]:
+def online_dpo_table(rows_in: list[tuple[str, str, str]], out_dir: str) -> list[dict]:
     """rows_in: (label, model folder, eval metrics.json). Writes table.md/.csv/.json and
     plot.png (reward and KL against wall-clock)."""
     out = Path(out_dir)
@@ -191,36 +171,46 @@ def write_online_table(rows_in: list[tuple[str, str, str]], out_dir: str) -> lis
             }
         )
     write_json(out / "table.json", rows)
-    write_csv(out / "table.csv", rows)
+    write_csv(frame(rows), out / "table.csv")
     write_text(out / "table.md", _markdown(rows))
     _plot([(label, train["history"]) for label, train, _ in runs], out / "plot.png")
     return rows
 
 
 def _markdown(rows: list[dict]) -> str:
-    head = (
-        "| method | mode | N | steps | final reward | KL | held-out pass@1 (95% CI) "
-        "| wall-clock s | gen s | train s | ideal speedup (sync timings) | achieved speedup |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
-    )
+    table = frame(rows)
 
     def cell(value) -> str:
         return "" if value is None else f"{value}"
 
-    lines = [
-        f"| {r['method']} | {r['mode']} | {r['off_policy']} | {r['steps']} | {r['final_reward']}"
-        f" | {r['final_kl']} | {r['pass@1']:.3f} [{r['pass@1_ci_low']:.3f}, "
-        f"{r['pass@1_ci_high']:.3f}] | {r['wall_seconds']:.1f} | {r['gen_seconds']:.1f}"
-        f" | {r['train_seconds']:.1f} | {cell(r['ideal_speedup'])}"
-        f" | {cell(r['achieved_speedup'])} |"
-        for r in rows
-    ]
+    def seconds(column: str) -> pd.Series:
+        return table[column].map("{:.1f}".format)
+
+    shown = pd.DataFrame(
+        {
+            "method": table["method"],
+            "mode": table["mode"],
+            "N": table["off_policy"],
+            "steps": table["steps"],
+            "final reward": table["final_reward"],
+            "KL": table["final_kl"],
+            "held-out pass@1 (95% CI)": [
+                f"{r['pass@1']:.3f} [{r['pass@1_ci_low']:.3f}, {r['pass@1_ci_high']:.3f}]"
+                for r in rows
+            ],
+            "wall-clock s": seconds("wall_seconds"),
+            "gen s": seconds("gen_seconds"),
+            "train s": seconds("train_seconds"),
+            "ideal speedup (sync timings)": table["ideal_speedup"].map(cell),
+            "achieved speedup": table["achieved_speedup"].map(cell),
+        }
+    )
     note = (
         "\nFinal reward and KL: mean of the last quarter of the steps. KL: mean log-ratio of "
         "the sampling policy to the SFT reference on the samples. Achieved speedup: the first "
         "sync run's wall-clock over this run's.\n"
     )
-    return head + "\n".join(lines) + "\n" + note
+    return markdown(shown) + note
 
 
 def _plot(runs: list[tuple[str, list[dict]]], path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Online RLHF losses on freshly sampled trajectories (asynchronous RLHF paper).
+"""Asynchronous online DPO losses on freshly sampled trajectories (asynchronous RLHF paper).
 
 - Online DPO: per prompt, the best and the worst of K samples by reward make the pair (ties
   dropped and counted); the loss is the DPO loss of reasonrl.training.preference against a
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.sequences import MaskedSequence, pad_sequences, sequence_logps
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOSettings,
@@ -32,13 +33,7 @@ from reasonrl.training.ppo import (
     normalise,
     token_rewards,
 )
-from reasonrl.training.preference import (
-    LossSettings,
-    MaskedSequence,
-    PreferenceObjective,
-    pad_sequences,
-    sequence_logps,
-)
+from reasonrl.training.preference import LossSettings, PreferenceObjective
 
 TRUNCATED = ("turn_token_cap", "total_token_cap")
 

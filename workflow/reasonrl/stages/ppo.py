@@ -1,67 +1,96 @@
-"""Stage bodies of the PF-PPO rules besides training: strategy selection by R^2 from the SFT
-policy (the paper's Table 1 and Figure 1) and the table of variants (Tables 3 and 4)."""
+"""Stages of workflow/rules/ppo.smk: PPO / PF-PPO training from the SFT policy (the run's
+machinery is reasonrl.ppo_run), the R^2 strategy choice from the SFT policy (the paper's
+Table 1 and Figure 1) and the table of variants (Tables 3 and 4)."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-import numpy as np
+import torch
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
-from reasonrl.io import (
-    atomic_path,
-    read_json,
-    read_jsonl,
-    write_csv,
-    write_json,
-    write_jsonl,
-    write_text,
-)
+from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
+from reasonrl.ppo_run import (
+    PPOBatches,
+    PPOObjectiveWithInfo,
+    PPORun,
+    Variant,
+    compute_totals,
+    find_variant,
+    iteration_summary,
+    plot_bins,
+    strategy_rows,
+)
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
-from reasonrl.training.filtration import FilterSpec, r_squared, reward_bins, selection_probabilities
-from reasonrl.training.ppo_trainer import Variant
+from reasonrl.stages._train import TrainingRun
+from reasonrl.tables import frame, write_table
+from reasonrl.training.loop import LoopSettings
 
 log = logging.getLogger(__name__)
 
 
-def strategy_rows(
-    variants: list[Variant], groups: list[list[float]], scores: list[list[float]], bins: int
-) -> tuple[list[dict], list[dict]]:
-    """(one R^2 row per strategy, the reward-bin points of each) from rewards and true scores
-    grouped per prompt. Every strategy weighs each response by its selection probability;
-    bins are equal-width over the range of all rewards, shared by the strategies."""
-    flat_rewards = [r for g in groups for r in g]
-    flat_scores = [s for g in scores for s in g]
-    edges = np.linspace(min(flat_rewards), max(flat_rewards), bins + 1)
-    table, points = [], []
-    unfiltered = Variant("unfiltered", FilterSpec("ppo-m"), "unfiltered (SFT policy)")
-    for variant in [unfiltered, *variants]:
-        probs = selection_probabilities(variant.filter, groups)
-        weights = [w for g in probs for w in g]
-        rows = reward_bins(flat_rewards, flat_scores, weights, edges)
-        r2 = r_squared([b["reward"] for b in rows], [b["score"] for b in rows])
-        table.append(
-            {
-                "strategy": variant.name,
-                "label": variant.label,
-                "filter": variant.filter.name,
-                "r2": None if r2 is None else round(r2, 4),
-                "bins": len(rows),
-                "mean_score": round(float(np.average(flat_scores, weights=weights)), 4),
-            }
-        )
-        points += [{"strategy": variant.name, **b} for b in rows]
-    return table, points
+def ppo(
+    config: dict,
+    variant_name: str,
+    model_path: str,
+    reward_model: str | None,
+    problems_path: str,
+    out_dir: str,
+) -> dict:
+    """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest."""
+    section, seed = config["ppo"], config["seed"]
+    variant = find_variant(section, variant_name)
+    inputs = [model_path, problems_path] + ([reward_model] if reward_model else [])
+    sections = {"ppo": section, "policy": config["policy"]}
+    run = TrainingRun("ppo", out_dir, sections, inputs, seed, variant_name, section, seed)
+    problems = read_jsonl(problems_path, schema="problem")
+    if not problems:
+        raise ReasonRLError(f"{problems_path}: no problems to train on")
+    ppo_run = PPORun(config, variant, model_path, reward_model, problems, run.checkpoints.folder)
+    per = ppo_run.steps_per_iteration
+    settings = LoopSettings(
+        max_steps=section["iterations"] * per,
+        lr=section["policy_lr"],
+        max_grad_norm=section["max_grad_norm"],
+        checkpoint_every=per * section["checkpoint_iterations"],
+        log_every=per,
+        seed=seed,
+    )
+    result = run.fit(
+        ppo_run.model, PPOBatches(ppo_run), PPOObjectiveWithInfo(ppo_run.settings()), settings
+    )
+    final = ppo_run.evaluate(seed + 991)
+    ppo_run.keep_if_best(section["iterations"], final)
+    best = torch.load(ppo_run.best_path, weights_only=True)
+    ppo_run.model.policy.load_state_dict(best["state"])
+    iterations = iteration_summary(result["history"])
+    identity = {
+        "variant": variant.name,
+        "filter": variant.filter.name,
+        "label": variant.label,
+        "steps_per_iteration": per,
+    }
+    extra = {
+        "best_iteration": best["iteration"],
+        "best_heldout": {"pass": best["key"][0], "reward": best["key"][1]},
+        "final_heldout": final,
+        "compute": compute_totals(iterations),
+        "iterations": iterations,
+    }
+    metrics = run.metrics(result, identity, extra)
+    summary = {"best_iteration": best["iteration"], "compute": metrics["compute"]}
+    run.save(ppo_run.model.policy, ppo_run.tokenizer, metrics, summary=summary)
+    return metrics
 
 
-def strategy_r2(
+def ppo_r2(
     config: dict, model: str, reward_model: str, problems_path: str, out_dir: str
 ) -> list[dict]:
     """Sample N responses per prompt from the SFT policy, score them with the reward model and
@@ -94,41 +123,13 @@ def strategy_r2(
     write_jsonl(out / "samples.jsonl", rows, schema="trajectory")
     write_json(out / "rewards.json", {"rewards": rewards})
     write_json(out / "r2.json", {"strategies": table, "bins": points})
-    write_csv(out / "r2.csv", table)
-    write_text(out / "r2.md", markdown(table))
+    write_table(frame(table), out / "r2.csv", out / "r2.md")
     plot_bins(points, out / "score_by_reward_bin.png")
     provenance.write(out, {"samples": len(rows), "strategies": len(table)})
     return table
 
 
-def markdown(rows: list[dict]) -> str:
-    header = "| " + " | ".join(rows[0]) + " |"
-    lines = [header, "|" + " --- |" * len(rows[0])]
-    lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def plot_bins(points: list[dict], path: Path) -> None:
-    """Mean true score against the mean reward of each bin, one line per strategy (Fig. 1)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name in dict.fromkeys(p["strategy"] for p in points):
-        mine = [p for p in points if p["strategy"] == name]
-        ax.plot([p["reward"] for p in mine], [p["score"] for p in mine], marker="o", label=name)
-    ax.set_xlabel("reward (bin mean)")
-    ax.set_ylabel("true score (bin mean, unit tests passed)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
-
-
-def write_ppo_table(
+def ppo_table(
     sft_eval: str, variant_rows: list[tuple[str, str, str]], r2_path: str, out_dir: str
 ) -> list[dict]:
     """Held-out pass@1 (bootstrap 95% CI) of SFT and of each variant beside its R^2 from the
@@ -140,8 +141,7 @@ def write_ppo_table(
         train_metrics = read_json(Path(model_dir) / "metrics.json")
         rows.append(_table_row(name, read_json(eval_path), r2.get(name), train_metrics))
     out = Path(out_dir)
-    write_csv(out / "table.csv", rows)
-    write_text(out / "table.md", markdown(rows))
+    write_table(frame(rows), out / "table.csv", out / "table.md")
     return rows
 
 

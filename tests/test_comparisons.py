@@ -1,0 +1,189 @@
+"""Paired comparisons: bootstrap CI, exact McNemar, Wilcoxon, Holm and McNemar's power."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reasonrl.comparisons import (
+    compare,
+    holm,
+    mcnemar_exact_p,
+    mcnemar_power,
+    paired_bootstrap_ci,
+)
+from reasonrl.errors import ReasonRLError
+from reasonrl.metrics import bootstrap_ci
+
+
+def _scores(values) -> dict[str, float]:
+    return {f"p{i:03d}": float(v) for i, v in enumerate(values)}
+
+
+def test_mcnemar_is_the_exact_binomial_on_discordant_pairs():
+    # 8 problems only a solves, 1 only b solves: p = 2 * P(X <= 1 | 9, 1/2) = 20 / 512.
+    a = np.array([1] * 8 + [0] * 1 + [1] * 5 + [0] * 6)
+    b = np.array([0] * 8 + [1] * 1 + [1] * 5 + [0] * 6)
+    assert mcnemar_exact_p(a, b) == pytest.approx(20 / 512)
+    assert mcnemar_exact_p(a, a) == 1.0
+
+
+def test_pairing_sees_a_gain_that_separate_intervals_hide():
+    # b solves half; a solves the same problems plus 12 more of 200: every discordant pair
+    # favours a, so the paired CI excludes 0 while the two arms' own CIs overlap.
+    b = np.array([1] * 100 + [0] * 100, dtype=float)
+    a = b.copy()
+    a[100:112] = 1
+    low, high = paired_bootstrap_ci(a, b)
+    assert 0 < low <= 0.06 <= high
+    a_low, a_high = bootstrap_ci(a)
+    b_low, b_high = bootstrap_ci(b)
+    assert a_low < b_high
+
+
+def test_paired_ci_is_zero_width_for_identical_arms_and_reruns_agree():
+    a = np.array([1, 0, 1, 1, 0], dtype=float)
+    assert paired_bootstrap_ci(a, a) == (0.0, 0.0)
+    b = np.array([0, 0, 1, 0, 0], dtype=float)
+    assert paired_bootstrap_ci(a, b) == paired_bootstrap_ci(a, b)
+
+
+def test_compare_reports_difference_a_minus_b_with_power():
+    a = _scores([1] * 30 + [0] * 10)
+    b = _scores([1] * 20 + [0] * 20)
+    row = compare("x_vs_y", "greedy_pass@1", "x", "y", a, b)
+    assert row["n"] == 40
+    assert row["value_a"] == 0.75 and row["value_b"] == 0.5
+    assert row["diff"] == pytest.approx(0.25)
+    assert row["test"] == "mcnemar_exact"
+    assert row["p"] == pytest.approx(2 / 1024)
+    assert 0 < row["power"] < 1
+
+
+def test_compare_uses_signed_rank_for_real_scores():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=60)
+    row = compare("r", "reward", "x", "y", _scores(base + 0.5), _scores(base))
+    assert row["test"] == "wilcoxon_signed_rank"
+    assert row["p"] < 1e-6
+    assert "power" not in row
+    assert row["ci_low"] == pytest.approx(0.5) and row["ci_high"] == pytest.approx(0.5)
+
+
+def test_arms_on_different_problems_are_refused():
+    with pytest.raises(ReasonRLError, match="comparison 'c'.*different problems.*'p001'"):
+        compare("c", "m", "x", "y", {"p000": 1.0, "p001": 0.0}, {"p000": 1.0})
+
+
+def test_holm_steps_down_over_the_declared_comparisons():
+    rows = [{"name": n, "p": p} for n, p in (("a", 0.01), ("b", 0.04), ("c", 0.03))]
+    adjusted = {row["name"]: row["p_holm"] for row in holm(rows)}
+    assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+
+
+def test_mcnemar_power_matches_simulation():
+    n, p_a_only, p_b_only = 60, 0.15, 0.03
+    rng = np.random.default_rng(1)
+    draws = rng.multinomial(n, [p_a_only, p_b_only, 1 - p_a_only - p_b_only], size=4000)
+    rejected = [
+        mcnemar_exact_p(np.array([1] * x + [0] * y), np.array([0] * x + [1] * y)) <= 0.05
+        for x, y, _ in draws
+    ]
+    assert mcnemar_power(n, p_a_only, p_b_only) == pytest.approx(np.mean(rejected), abs=0.03)
+    assert mcnemar_power(n, 0.0, 0.0) == 0.0
+
+
+def test_rows_match_the_comparison_schema(tmp_path):
+    from reasonrl.io import read_jsonl, write_jsonl
+
+    rows = holm(
+        [
+            compare("x_vs_y", "greedy_pass@1", "x", "y", _scores([1, 1, 0]), _scores([0, 1, 0])),
+            compare("r", "reward", "x", "y", _scores([0.5, 0.2]), _scores([0.1, 0.2])),
+        ]
+    )
+    write_jsonl(tmp_path / "c.jsonl", rows, schema="comparison")
+    assert read_jsonl(tmp_path / "c.jsonl", schema="comparison") == rows
+
+
+def _trajectories(path, outcomes: list[bool]) -> str:
+    from reasonrl.io import write_jsonl
+
+    rows = [
+        {
+            "problem_id": f"arith-test-{i:05d}",
+            "task": "arith",
+            "sample": 0,
+            "messages": [{"role": "user", "content": "q"}],
+            "final_answer": "1",
+            "correct": correct,
+            "finish_reason": "answer",
+            "num_turns": 1,
+            "num_tokens": 3,
+            "tool_status": [],
+            "decoding": "greedy",
+        }
+        for i, correct in enumerate(outcomes)
+    ]
+    # A sampled row must not count: only greedy rows are the policy's pass@1.
+    rows.append({**rows[0], "sample": 1, "decoding": "sampled", "correct": not rows[0]["correct"]})
+    write_jsonl(path, rows, schema="trajectory")
+    return str(path)
+
+
+def test_report_resolves_the_selected_round_and_writes_the_comparisons(tmp_path):
+    import json
+
+    from reasonrl.cli import main
+
+    sft = _trajectories(tmp_path / "sft.jsonl", [True] * 10 + [False] * 30)
+    round1 = _trajectories(tmp_path / "r1.jsonl", [True] * 25 + [False] * 15)
+    best = tmp_path / "best.json"
+    best.write_text(json.dumps({"best": "mdpo-round1", "rounds": []}))
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(
+        json.dumps({"policy": "sft-tool", "task": "arith", "greedy_pass@1": 0.25,
+                    "greedy_pass@1_ci": [0.1, 0.4], "n_problems": 40})
+    )  # fmt: skip
+    config = {
+        "comparisons": {
+            "declared": [
+                {"name": "mdpo_vs_sft", "a": "mdpo-best", "b": "sft-tool", "task": "arith"},
+                {"name": "sft_vs_round1", "a": "sft-tool", "b": "mdpo-round1", "task": "arith"},
+            ]
+        }
+    }
+    out = tmp_path / "report"
+    main(
+        ["report", "--config-json", json.dumps(config), "--metrics", str(metrics),
+         "--arm", f"sft-tool={sft}", "--arm", f"mdpo-round1={round1}",
+         "--best", f"mdpo={best}", "--out-dir", str(out)]
+    )  # fmt: skip
+    rows = json.loads((out / "comparisons.json").read_text())
+    assert [r["name"] for r in rows] == ["mdpo_vs_sft", "sft_vs_round1"]
+    assert rows[0]["a"] == "mdpo-best (mdpo-round1)" and rows[0]["n"] == 40
+    assert rows[0]["diff"] == pytest.approx(15 / 40) and rows[0]["ci_low"] > 0
+    assert rows[0]["p"] == pytest.approx(2 * 0.5**15)
+    assert rows[0]["p_holm"] == pytest.approx(2 * rows[0]["p"])
+    assert "a > b" in (out / "comparisons.md").read_text()
+    assert (out / "comparisons.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "comparisons.csv").read_text().startswith("name,metric,a,b,n,")
+    index = (out / "index.md").read_text()
+    assert "mdpo_vs_sft" in index and "comparisons.png" in index
+
+
+def test_declared_arm_the_config_does_not_evaluate_is_one_line():
+    from reasonrl.config import validate_config
+
+    raw = {
+        "comparisons": {
+            "declared": [{"name": "x", "a": "kto-best", "b": "sft-tool", "task": "arith"}]
+        }
+    }
+    with pytest.raises(
+        ReasonRLError, match=r"'comparisons.declared.0.a': 'kto-best' is not a policy"
+    ):
+        validate_config(raw, "my.yaml")
+    raw["comparisons"]["declared"][0].update(a="mdpo-best", task="pycode")
+    with pytest.raises(ReasonRLError, match=r"declared.0.a': 'mdpo-best' is not .* on 'pycode'"):
+        validate_config(raw, "my.yaml")

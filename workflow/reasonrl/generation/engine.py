@@ -1,0 +1,41 @@
+"""The generation interface every engine implements: sampling settings, completions, and the
+engine protocol (generate, behaviour log-probs, live weight updates)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    stop: tuple[str, ...] = field(default_factory=tuple)  # cut the text before the first stop
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    num_tokens: int
+    finish_reason: Literal["eos", "stop", "length"]
+
+
+class GenerationEngine(Protocol):
+    tokenizer: object
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        """Complete each rendered prompt; results in prompt order."""
+        ...
+
+    def sequence_logps(self, seqs: list) -> list[float]:
+        """Summed log-probs of each MaskedSequence's masked tokens under the current weights
+        (the online trainers' behaviour log-probs)."""
+        ...
+
+    def load_weights(self, state_dict: dict) -> None:
+        """Update the running engine's policy weights (no restart): the online trainers'
+        learner -> generator path."""
+        ...

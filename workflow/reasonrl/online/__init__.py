@@ -1,1 +1,0 @@
-"""Online RLHF (asynchronous RLHF paper): generator process, learner, stages."""

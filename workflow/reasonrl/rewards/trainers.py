@@ -1,0 +1,140 @@
+"""Training one reward model of each kind from the SFT policy, through the shared loop.
+
+BT: a scalar head on the SFT policy, Bradley-Terry loss on preference pairs. ORM / PRM: the
+policy answers "+"/"-" (or "~") after the solution / after each step, the masked LM loss on
+those answers. Each returns (model, tokenizer, loop result, info, held-out metrics); `fit` is
+the stage's loop call (stages._train.TrainingRun.fit), so checkpoints and resume are its.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from reasonrl.chat import render
+from reasonrl.models import DTYPES, from_pretrained, load_policy, load_tokenizer
+from reasonrl.rewards.models import (
+    label_only_chat,
+    orm_rows,
+    prm_label_set,
+    prm_step_metrics,
+)
+from reasonrl.rewards.pairs import preference_pairs
+from reasonrl.rewards.scoring import (
+    bt_scores,
+    encode_with_label_positions,
+    label_probabilities,
+    label_token_ids,
+)
+from reasonrl.rewards.steps import NEGATIVE, POSITIVE, orm_messages, prm_messages
+from reasonrl.training.data import MicroBatches
+from reasonrl.training.lm_loss import masked_lm_loss
+from reasonrl.training.loop import LoopSettings
+from reasonrl.training.reward import PairBatches, bradley_terry_loss
+
+log = logging.getLogger(__name__)
+
+# fit(model, batches, loss_fn, settings) -> the loop's result
+Fit = Callable[..., dict]
+
+
+def loop_settings(section: dict, seed: int) -> LoopSettings:
+    train_section = section["train"]
+    return LoopSettings(
+        seed=seed, **{k: train_section[k] for k in LoopSettings.__dataclass_fields__ if k != "seed"}
+    )
+
+
+def train_bt(config, model_path, problems, train_rows, held_rows, fit: Fit):
+    section, seed = config["reward_models"], config["seed"]
+    tokenizer = load_tokenizer(model_path)
+    torch.manual_seed(seed)  # the scalar head is initialised afresh: seeded, so reruns agree
+    model = from_pretrained(
+        AutoModelForSequenceClassification,
+        model_path,
+        num_labels=1,
+        dtype=DTYPES[config["policy"]["dtype"]],
+    )
+    model.config.pad_token_id = tokenizer.pad_token_id
+    max_length = section["train"]["max_length"]
+
+    def encode(messages: list[dict]) -> list[int]:
+        ids = tokenizer(render(tokenizer, messages), add_special_tokens=False)["input_ids"]
+        return ids[-max_length:]  # keep the end: the head reads the last token
+
+    train_pairs, ties = preference_pairs(train_rows)
+    held_pairs, held_ties = preference_pairs(held_rows) if held_rows else ([], 0)
+    if train_pairs:
+        batches = PairBatches(
+            [(encode(p["chosen"]), encode(p["rejected"])) for p in train_pairs],
+            section["train"]["batch_size"],
+            tokenizer.pad_token_id,
+            seed,
+        )
+        result = fit(model, batches, bradley_terry_loss, loop_settings(section, seed))
+    else:
+        # Every prompt's farthest pair was a tie (e.g. a policy that never solves anything):
+        # no preference to learn. The untrained head is still written, and the metrics say
+        # so, so that the rest of the DAG runs and the tables show it.
+        log.warning("no decisive preference pairs: the BT-RM head stays untrained")
+        result = {"history": [], "resumed_from": 0, "train_seconds": 0.0, "model": model}
+    model = result["model"].eval()
+    heldout = {"pairs": len(held_pairs), "accuracy": None}
+    if held_pairs:
+        texts = [render(tokenizer, p[side]) for p in held_pairs for side in ("chosen", "rejected")]
+        scores = bt_scores(model, tokenizer, texts)
+        wins = [won > lost for won, lost in zip(scores[::2], scores[1::2], strict=True)]
+        heldout["accuracy"] = sum(wins) / len(wins)
+    info = {"train_pairs": len(train_pairs), "tied_prompts": ties + held_ties}
+    return model, tokenizer, result, info, heldout
+
+
+def _train_label_model(config, model_path, chats, fit: Fit):
+    section, seed = config["reward_models"], config["seed"]
+    model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
+    samples = [label_only_chat(tokenizer, m, section["train"]["max_length"]) for m in chats]
+    batches = MicroBatches(
+        samples, section["train"]["batch_size"], tokenizer.pad_token_id, seed, False, 0
+    )
+    result = fit(model, batches, masked_lm_loss, loop_settings(section, seed))
+    return result["model"].eval(), tokenizer, result
+
+
+def train_orm(config, model_path, problems, train_rows, held_rows, fit: Fit):
+    section = config["reward_models"]
+    train_examples = orm_rows(problems, train_rows, section)
+    chats = [orm_messages(e["question"], e["steps"], e["label"]) for e in train_examples]
+    model, tokenizer, result = _train_label_model(config, model_path, chats, fit)
+    held = orm_rows(problems, held_rows, section)
+    heldout = {"solutions": len(held), "accuracy": None}
+    if held:
+        ids = label_token_ids(tokenizer, (POSITIVE, NEGATIVE))
+        seqs = [
+            encode_with_label_positions(tokenizer, orm_messages(e["question"], e["steps"]))
+            for e in held
+        ]
+        probs = label_probabilities(model, seqs, ids, tokenizer.pad_token_id)
+        right = [
+            (float(p[-1, 0]) >= 0.5) == (e["label"] == POSITIVE)
+            for p, e in zip(probs, held, strict=True)
+        ]
+        heldout["accuracy"] = sum(right) / len(right)
+    info = {"labels": [POSITIVE, NEGATIVE], "train_solutions": len(train_examples)}
+    return model, tokenizer, result, info, heldout
+
+
+def train_prm(config, model_path, problems, train_rows, held_rows, fit: Fit):
+    labels = prm_label_set(train_rows + held_rows)
+    chats = [prm_messages(r["question"], r["steps"], r["labels"]) for r in train_rows]
+    model, tokenizer, result = _train_label_model(config, model_path, chats, fit)
+    heldout = {"steps": 0, "per_label": None}
+    if held_rows:
+        heldout = prm_step_metrics(model, tokenizer, held_rows, labels)
+    info = {"labels": labels, "train_rows": len(train_rows)}
+    return model, tokenizer, result, info, heldout
+
+
+TRAINERS = {"bt": train_bt, "orm": train_orm, "prm": train_prm}

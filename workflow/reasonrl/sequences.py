@@ -1,0 +1,110 @@
+"""Token and sequence log-probabilities of masked sequences under a causal LM.
+
+Below both the losses (training/) and the generation engines: DPO/KTO sum log-probs over a
+trajectory's model turns, PPO needs them per token, and the engines report the behaviour
+policy's log-probs of what they sampled. A sequence's mask selects the tokens that count
+(the model's own turns, from the chat-template spans in reasonrl.chat).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from reasonrl.chat import tokenize_chat
+from reasonrl.errors import ReasonRLError
+from reasonrl.models import on_model_device
+
+
+@dataclass(frozen=True)
+class MaskedSequence:
+    """Token ids of a whole trajectory and the mask of tokens its log-prob sums over."""
+
+    input_ids: list[int]
+    mask: list[int]
+
+
+def encode_trajectory(
+    tokenizer, messages: list[dict], multi_turn: bool, max_length: int | None = None
+) -> MaskedSequence:
+    """Tokenise a trajectory with the mask of the model's turns (multi-turn) or of everything
+    after the prompt (single-turn: from the first to the last token of the model's turns)."""
+    chat = tokenize_chat(tokenizer, messages, max_length)
+    mask = list(chat.loss_mask)
+    if not any(mask):
+        raise ReasonRLError("trajectory has no model turn to score")
+    if not multi_turn:
+        first = mask.index(1)
+        last = len(mask) - 1 - mask[::-1].index(1)
+        mask = [int(first <= i <= last) for i in range(len(mask))]
+    return MaskedSequence(chat.input_ids, mask)
+
+
+def pad_sequences(seqs: Sequence[MaskedSequence], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input_ids, attention_mask and score mask of a list of sequences."""
+    width = max(len(s.input_ids) for s in seqs)
+    rows = [(s, width - len(s.input_ids)) for s in seqs]
+    return {
+        "input_ids": torch.tensor([s.input_ids + [pad_id] * fill for s, fill in rows]),
+        "attention_mask": torch.tensor([[1] * (width - fill) + [0] * fill for _, fill in rows]),
+        "score_mask": torch.tensor([s.mask + [0] * fill for s, fill in rows]),
+    }
+
+
+def action_logps(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """log pi(token j+1 | prefix up to j), shape [B, T-1]."""
+    logps = logits[:, :-1].float().log_softmax(-1)
+    return torch.gather(logps, 2, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def next_token_logps(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.dtype]:
+    """log pi(token j+1 | prefix up to j) of every row [B, T-1] (fp32), and the logits' dtype."""
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+    ).logits
+    return action_logps(logits, batch["input_ids"]), logits.dtype
+
+
+def sequence_logps(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of log pi(token | prefix) over the score mask of each row, and the token counts."""
+    logps, logits_dtype = next_token_logps(model, batch)
+    mask = batch["score_mask"][:, 1:].to(logits_dtype)
+    return (logps * mask).sum(-1), mask.sum(-1)
+
+
+@torch.no_grad()
+@torch.inference_mode()
+def token_logps(
+    model: torch.nn.Module, seqs: list[MaskedSequence], pad_id: int, batch_size: int = 16
+) -> list[list[float]]:
+    """log pi(token | prefix) of each scored token (mask 1, after the first position) of each
+    sequence, in order: per-token log-probs for PPO's ratio and KL penalty."""
+    model.eval()
+    values: list[list[float]] = []
+    for start in range(0, len(seqs), batch_size):
+        batch = on_model_device(pad_sequences(seqs[start : start + batch_size], pad_id), model)
+        logps, _ = next_token_logps(model, batch)
+        mask = batch["score_mask"][:, 1:].bool()
+        values.extend(row[keep].tolist() for row, keep in zip(logps, mask, strict=True))
+    return values
+
+
+def summed_logps(
+    model: torch.nn.Module, seqs: list[MaskedSequence], pad_id: int, batch_size: int = 16
+) -> list[float]:
+    """Summed log-probs of each sequence under `model` (eval mode, no gradients): the
+    reference's cached values for preference training, or the behaviour policy's."""
+    from tqdm import tqdm
+
+    model.eval()
+    values: list[float] = []
+    for start in tqdm(range(0, len(seqs), batch_size), desc="reference", leave=False):
+        batch = on_model_device(pad_sequences(seqs[start : start + batch_size], pad_id), model)
+        values.extend(sequence_logps(model, batch)[0].tolist())
+    return values

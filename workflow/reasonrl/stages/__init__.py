@@ -1,0 +1,1 @@
+"""Stage functions: one module per workflow/rules/*.smk file, one function per CLI verb."""

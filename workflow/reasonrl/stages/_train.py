@@ -1,0 +1,94 @@
+"""The one trainer set-up every training stage shares.
+
+A training stage reads its inputs, loads its model and passes its loss and batch source;
+this module owns the rest: the provenance, the checkpoint store stamped with a fingerprint
+of the inputs (so a run never resumes from a stale one), the loop call (training.loop.train:
+optimizer, schedule, exact resume), the metrics every trainer reports, and the atomic save of
+the output folder with its manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from reasonrl.manifest import Provenance
+from reasonrl.training.loop import (
+    CheckpointStore,
+    LoopSettings,
+    LossFn,
+    StepHook,
+    save_trained_model,
+    train,
+)
+
+
+class TrainingRun:
+    """One training stage's output folder, provenance and resumable checkpoints.
+
+    `fingerprint_parts` are the settings that make a checkpoint reusable; the input hashes
+    are appended to them.
+    """
+
+    def __init__(
+        self,
+        stage: str,
+        out_dir: str | Path,
+        sections: dict,
+        inputs: list[str],
+        seed: int,
+        *fingerprint_parts,
+    ):
+        self.out = Path(out_dir)
+        self.provenance = Provenance(stage, sections, inputs, seed)
+        parts = [*fingerprint_parts, self.provenance.hashes]
+        self.fingerprint = hashlib.sha256(
+            json.dumps(parts, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        self.checkpoints = CheckpointStore(
+            self.out.parent / f".{self.out.name}.ckpt", self.fingerprint
+        )
+
+    def fit(
+        self,
+        model: torch.nn.Module,
+        batches,
+        loss_fn: LossFn,
+        settings: LoopSettings,
+        on_step: StepHook | None = None,
+    ) -> dict:
+        """The shared loop: `batches(i)` is micro-batch i, `loss_fn(model, batch)` its loss."""
+        return train(model, batches, loss_fn, settings, self.checkpoints, on_step)
+
+    def metrics(self, result: dict, identity: dict, extra: dict, timed: bool = True) -> dict:
+        """metrics.json: name, the run's `identity`, steps, resume point, final loss, train
+        seconds (unless the stage times itself: `timed` False), `extra`, then the history."""
+        history = result["history"]
+        metrics = {
+            "name": self.out.name,
+            **identity,
+            "steps": len(history),
+            "resumed_from": result["resumed_from"],
+            "final_loss": history[-1]["loss"] if history else None,
+        }
+        if timed:
+            metrics["train_seconds"] = round(result["train_seconds"], 3)
+        return {**metrics, **extra, "history": history}
+
+    def save(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        metrics: dict,
+        state_dict: dict | None = None,
+        extra_json: dict[str, dict] | None = None,
+        summary: dict | None = None,
+    ) -> None:
+        """Weights, tokenizer, metrics and manifest, atomically; then drop the checkpoints."""
+        save_trained_model(
+            self.out, model, tokenizer, metrics, self.provenance, self.checkpoints,
+            extra_json=extra_json, summary=summary, state_dict=state_dict,
+        )  # fmt: skip

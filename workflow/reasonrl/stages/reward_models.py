@@ -1,0 +1,476 @@
+"""Stages of workflow/rules/reward_models.smk: reward-model data (samples, Math-Shepherd
+annotation, code mutants), reward-model training, best-of-N reranking, HGS-PRM search and
+their tables."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from reasonrl import tables
+from reasonrl.errors import ReasonRLError
+from reasonrl.generation import SamplingParams, make_engine
+from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl, write_text
+from reasonrl.manifest import Provenance
+from reasonrl.rewards.annotation import annotate
+from reasonrl.rewards.models import (
+    INFO_FILE,
+    KINDS,
+    heldout_split,
+)
+from reasonrl.rewards.mutation import mutation_rows
+from reasonrl.rewards.reranking import score_samples
+from reasonrl.rewards.steps import (
+    from_rlhflow,
+    solution_step_texts,
+    to_rlhflow,
+)
+from reasonrl.rewards.trainers import TRAINERS
+from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.sandbox import Sandbox
+from reasonrl.search import best_of_n_metrics, run_hgs, sample_then_filter
+from reasonrl.stages._train import TrainingRun
+from reasonrl.tables import frame, markdown
+from reasonrl.tasks import is_code_task
+from reasonrl.tasks.grading import extract_answer, normalize_answer
+from reasonrl.tool_steps import ToolStepModel
+
+log = logging.getLogger(__name__)
+
+
+def _engine(config: dict, model: str):
+    generation = config["generation"]
+    return make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
+
+
+def _params(section: dict, seed: int) -> SamplingParams:
+    return SamplingParams(temperature=section["temperature"], top_p=section["top_p"], seed=seed)
+
+
+def sample_rm_data(config: dict, model: str, problems_path: str, out_dir: str) -> dict:
+    """`samples_per_prompt` SFT samples for each of the first `prompts` train problems."""
+    section, seed = config["reward_models"], config["seed"]
+    provenance = Provenance("sample-rm-data", config, [model, problems_path], seed)
+    problems = read_jsonl(problems_path, schema="problem")[: section["prompts"]]
+    if not problems:
+        raise ReasonRLError(f"{problems_path}: no problems to sample")
+    rows = run_rollouts(
+        _engine(config, model),
+        problems,
+        section["style"],
+        section["samples_per_prompt"],
+        _params(section, seed + 11),
+        RolloutLimits.from_config(config["rollout"]),
+        Sandbox.from_config(config["sandbox"]),
+        Path(model).name,
+    )
+    out = Path(out_dir)
+    write_jsonl(out / "samples.jsonl", rows, schema="trajectory")
+    stats = {"problems": len(problems), "samples": len(rows)}
+    stats["accuracy"] = sum(r["correct"] for r in rows) / len(rows)
+    write_json(out / "metrics.json", stats)
+    provenance.write(out, stats)
+    return stats
+
+
+def annotate_prm(
+    config: dict, model: str, problems_path: str, samples_path: str, out_dir: str
+) -> dict:
+    """Math-Shepherd labels for the first `annotation.solutions_per_prompt` samples per prompt."""
+    section, seed = config["reward_models"], config["seed"]
+    provenance = Provenance("annotate-prm", config, [model, problems_path, samples_path], seed)
+    problems = {p["id"]: p for p in read_jsonl(problems_path, schema="problem")}
+    samples = read_jsonl(samples_path, schema="trajectory")
+    unknown = sorted({s["problem_id"] for s in samples} - problems.keys())
+    if unknown:
+        raise ReasonRLError(f"{samples_path}: problem '{unknown[0]}' is not in {problems_path}")
+    if any(is_code_task(problems[s["problem_id"]]) for s in samples):
+        raise ReasonRLError(f"{samples_path}: code tasks get PRM data from mutate-code-prm")
+    keep = section["annotation"]["solutions_per_prompt"]
+    chosen = [s for s in samples if s["sample"] < keep]
+    rows, stats = annotate(
+        problems,
+        chosen,
+        _engine(config, model),
+        Sandbox.from_config(config["sandbox"]),
+        RolloutLimits.from_config(config["rollout"]),
+        section["annotation"]["completions"],
+        _params(section, seed + 23),
+        section["step_splitter"],
+        section["split_pattern"],
+    )
+    out = Path(out_dir)
+    write_jsonl(out / "prm.jsonl", rows, schema="prm_steps")
+    labels = Counter(label for row in rows for label in row["labels"])
+    metrics = {
+        "solutions": stats.solutions,
+        "steps": stats.steps,
+        "rollouts": stats.rollouts,
+        "seconds": round(stats.seconds, 3),
+        "rollouts_per_second": round(stats.rollouts_per_second, 3),
+        "labels": dict(sorted(labels.items())),
+    }
+    write_json(out / "metrics.json", metrics)
+    provenance.write(out, metrics)
+    log.info("annotated %d steps with %d rollouts", stats.steps, stats.rollouts)
+    return metrics
+
+
+def mutate_code_prm(config: dict, problems_path: str, out_dir: str) -> dict:
+    """Code PRM rows from mutants of the first `mutation.max_problems` reference solutions."""
+    section, seed = config["reward_models"], config["seed"]
+    provenance = Provenance("mutate-code-prm", config, [problems_path], seed)
+    problems = [
+        p
+        for p in read_jsonl(problems_path, schema="problem")
+        if p["code"] and p["code"].get("canonical_solution")
+    ][: section["mutation"]["max_problems"]]
+    if not problems:
+        raise ReasonRLError(f"{problems_path}: no code problems with a reference solution")
+    mutation = section["mutation"]
+    # Mutants loop forever easily (a flipped comparison in a while loop): a short CPU limit.
+    limits = {**config["sandbox"], "cpu_seconds": mutation["cpu_seconds"]}
+    limits["wall_seconds"] = max(limits["wall_seconds"], 2 * mutation["cpu_seconds"])
+    rows, counts = mutation_rows(
+        problems,
+        Sandbox.from_config(limits),
+        mutation["max_mutants_per_line"],
+        tuple(mutation["kinds"]),
+        seed,
+    )
+    out = Path(out_dir)
+    write_jsonl(out / "prm.jsonl", rows, schema="prm_steps")
+    metrics = {"problems": len(problems), "rows": len(rows), "counts": dict(sorted(counts.items()))}
+    write_json(out / "metrics.json", metrics)
+    provenance.write(out, metrics)
+    return metrics
+
+
+# ---- train_reward_model ----------------------------------------------------------------------
+
+
+def train_reward_model(
+    config: dict, kind: str, model_path: str, problems_path: str, data_path: str, out_dir: str
+) -> dict:
+    """Train one reward model of `kind` from the SFT policy; write the folder, metrics, manifest.
+
+    data_path: sampled trajectories (bt, orm) or PRM step rows (prm).
+    """
+    if kind not in KINDS:
+        raise ReasonRLError(f"unknown reward model kind {kind!r} (expected one of {KINDS})")
+    section, seed = config["reward_models"], config["seed"]
+    sections = {"reward_models": section, "policy": config["policy"]}
+    inputs = [model_path, problems_path, data_path]
+    run = TrainingRun("train-reward-model", out_dir, sections, inputs, seed, kind, section, seed)
+    problems = {p["id"]: p for p in read_jsonl(problems_path, schema="problem")}
+    schema = "prm_steps" if kind == "prm" else "trajectory"
+    data = read_jsonl(data_path, schema=schema)
+    unknown = sorted({r["problem_id"] for r in data} - problems.keys())
+    if unknown:
+        raise ReasonRLError(f"{data_path}: problem '{unknown[0]}' is not in {problems_path}")
+    train_rows, held_rows = heldout_split(data, section["heldout_fraction"], seed)
+    trainer = TRAINERS[kind]
+    model, tokenizer, result, info, heldout = trainer(
+        config, model_path, problems, train_rows, held_rows, run.fit
+    )
+    metrics = run.metrics(result, {"kind": kind}, {"heldout": heldout, **info})
+    info_json = {"kind": kind, **{k: v for k, v in info.items() if k == "labels"}}
+    run.save(
+        model, tokenizer, metrics, extra_json={INFO_FILE: info_json}, summary={"heldout": heldout}
+    )
+    return metrics
+
+
+# ---- best_of_n, hgs_search, score_rlhflow -----------------------------------------------------
+
+
+def _test_problems(path: str, limit: int) -> list[dict]:
+    problems = read_jsonl(path, schema="problem")
+    return problems[:limit] if limit else problems
+
+
+def _group(rows: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for row in sorted(rows, key=lambda r: r["sample"]):
+        groups.setdefault(row["problem_id"], []).append(row)
+    return groups
+
+
+def best_of_n(
+    config: dict,
+    policy: str,
+    problems_path: str,
+    reward_models: dict[str, str],
+    out_dir: str,
+) -> dict:
+    """Sample max(N) solutions per test problem (and a greedy one), score them with every
+    reward model, and tabulate pass@1, maj@N and RM@N with bootstrap CIs."""
+    section, seed = config["reward_models"], config["seed"]
+    inputs = [policy, problems_path, *reward_models.values()]
+    provenance = Provenance("best-of-n", config, inputs, seed)
+    problems = _test_problems(problems_path, section["best_of_n"]["max_problems"])
+    n_max = max(section["best_of_n"]["n"])
+    generation = config["generation"]
+    engine = make_engine(generation["engine"], policy, generation, config["policy"]["dtype"])
+    sandbox = Sandbox.from_config(config["sandbox"])
+    limits = RolloutLimits.from_config(config["rollout"])
+    style = section["style"]
+    greedy = run_rollouts(engine, problems, style, 1, SamplingParams(seed=seed), limits, sandbox)
+    params = SamplingParams(
+        temperature=section["temperature"], top_p=section["top_p"], seed=seed + 101
+    )
+    sampled = run_rollouts(engine, problems, style, n_max, params, limits, sandbox)
+    by_id = {p["id"]: p for p in problems}
+    scored = score_samples(config, by_id, sampled, reward_models)
+    scorers = sorted({k for s in scored for k in s["scores"]})
+    groups = []
+    for pid, rows in _group(sampled).items():
+        scores = {s["sample"]: s["scores"] for s in scored if s["problem_id"] == pid}
+        groups.append(
+            {
+                "correct": [r["correct"] for r in rows],
+                "answers": [
+                    None if r["final_answer"] is None else normalize_answer(r["final_answer"])
+                    for r in rows
+                ],
+                "scores": {k: [scores[r["sample"]][k] for r in rows] for k in scorers},
+            }
+        )
+    table = best_of_n_metrics(groups, section["best_of_n"]["n"], scorers)
+    greedy_correct = np.array([float(r["correct"]) for r in greedy])
+    table["greedy_pass@1"] = float(greedy_correct.mean())
+    out = Path(out_dir)
+    write_jsonl(out / "greedy.jsonl", greedy, schema="trajectory")
+    write_jsonl(out / "samples.jsonl", sampled, schema="trajectory")
+    write_jsonl(out / "scores.jsonl", scored)
+    rlhflow = [
+        to_rlhflow(
+            by_id[pid]["question"],
+            [solution_step_texts(by_id[pid], r["messages"], section) for r in rows],
+            [r["correct"] for r in rows],
+        )
+        for pid, rows in _group(sampled).items()
+    ]
+    write_jsonl(out / "rlhflow.jsonl", rlhflow)
+    write_json(out / "best_of_n.json", table)
+    write_csv(out / "best_of_n.csv", table["rows"])
+    provenance.write(out, {"greedy_pass@1": table["greedy_pass@1"]})
+    return table
+
+
+def hgs_search(
+    config: dict, policy: str, prm: str, problems_path: str, best_of_n_dir: str, out_dir: str
+) -> dict:
+    """HGS-PRM vs greedy vs sample-then-filter on the same test problems (greedy decoding and
+    the samples come from the best-of-N stage)."""
+    section, seed = config["reward_models"], config["seed"]
+    bon = Path(best_of_n_dir)
+    inputs = [policy, prm, problems_path, str(bon / "scores.jsonl")]
+    provenance = Provenance("hgs-search", config, inputs, seed)
+    problems = _test_problems(problems_path, section["hgs"]["max_problems"])
+    ids = {p["id"] for p in problems}
+    greedy = [
+        r for r in read_jsonl(bon / "greedy.jsonl", schema="trajectory") if r["problem_id"] in ids
+    ]
+    samples = [
+        r for r in read_jsonl(bon / "samples.jsonl", schema="trajectory") if r["problem_id"] in ids
+    ]
+    scores = {(s["problem_id"], s["sample"]): s for s in read_jsonl(bon / "scores.jsonl")}
+    if len(greedy) != len(problems):
+        raise ReasonRLError(f"{bon}/greedy.jsonl: has no greedy run of some of the problems")
+    generation = config["generation"]
+    engine = make_engine(generation["engine"], policy, generation, config["policy"]["dtype"])
+    stepper = ToolStepModel(config, engine, prm, problems)
+    hgs = section["hgs"]
+    searches = run_hgs(
+        len(problems), stepper.expand, stepper.label, hgs["max_bandwidth"], hgs["max_iterations"]
+    )
+    rows = stepper.finish(searches)
+    n_filter = hgs["filter_samples"]
+    kept = [g[:n_filter] for g in _group(samples).values()]
+    filtered = sample_then_filter(
+        [[scores[(r["problem_id"], r["sample"])]["step_labels"] for r in g] for g in kept],
+        [[r["correct"] for r in g] for g in kept],
+    )
+    metrics = {
+        "n_problems": len(problems),
+        "greedy": {
+            "accuracy": float(np.mean([r["correct"] for r in greedy])),
+            "steps_per_problem": float(np.mean([r["num_turns"] for r in greedy])),
+        },
+        "hgs": {
+            "accuracy": float(np.mean([r["correct"] for r in rows])),
+            "steps_per_problem": float(np.mean(stepper.generated)),
+            "finished": {
+                k: sum(s.finished == k for s in searches) for k in ("answer", "cap", "exhausted")
+            },
+            "backtracks": sum(e[0] == "backtrack" for s in searches for e in s.events),
+        },
+        "sample_then_filter": {
+            **filtered,
+            "n": n_filter,
+            "steps_per_problem": float(np.mean([sum(r["num_turns"] for r in g) for g in kept])),
+        },
+    }
+    out = Path(out_dir)
+    write_jsonl(out / "trajectories.jsonl", rows, schema="trajectory")
+    write_json(out / "hgs.json", metrics)
+    write_csv(
+        out / "hgs.csv",
+        [
+            {"method": "greedy", **metrics["greedy"]},
+            {
+                "method": "hgs-prm",
+                "accuracy": metrics["hgs"]["accuracy"],
+                "steps_per_problem": metrics["hgs"]["steps_per_problem"],
+            },
+            {
+                "method": f"sample{n_filter}-then-filter",
+                "accuracy": filtered["accuracy_after"],
+                "steps_per_problem": metrics["sample_then_filter"]["steps_per_problem"],
+            },
+        ],
+    )
+    provenance.write(out, {"hgs_accuracy": metrics["hgs"]["accuracy"]})
+    return metrics
+
+
+def score_rlhflow(config: dict, path: str, reward_models: dict[str, str], out_dir: str) -> dict:
+    """Best-of-N of an RLHFlow evaluation file (prompt, answers, labels: e.g. their
+    MATH500 / GSM8K test sets) reranked by our reward models; answers are split into steps
+    at blank lines, as the RLHFlow evaluation scripts do."""
+    section = config["reward_models"]
+    provenance = Provenance(
+        "score-rlhflow", config, [path, *reward_models.values()], config["seed"]
+    )
+    problems, rows = {}, []
+    for lineno, row in enumerate(read_jsonl(path), start=1):
+        question, solutions, correct = from_rlhflow(row, f"{path}:{lineno}")
+        pid = f"rlhflow-{lineno:05d}"
+        problems[pid] = {"id": pid, "question": question, "code": None}
+        for sample, (steps, right) in enumerate(zip(solutions, correct, strict=True)):
+            messages = [
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": "\n\n".join(steps)},
+            ]
+            rows.append(
+                {"problem_id": pid, "sample": sample, "messages": messages, "correct": right}
+            )
+    text_section = {**section, "step_splitter": "regex", "split_pattern": r"\n\s*\n"}
+    scored = score_samples({**config, "reward_models": text_section}, problems, rows, reward_models)
+    scorers = sorted({k for s in scored for k in s["scores"]})
+    groups = []
+    for pid, members in _group(rows).items():
+        scores = {s["sample"]: s["scores"] for s in scored if s["problem_id"] == pid}
+        answers = [extract_answer(r["messages"][-1]["content"]) for r in members]
+        groups.append(
+            {
+                "correct": [r["correct"] for r in members],
+                "answers": [None if a is None else normalize_answer(a) for a in answers],
+                "scores": {k: [scores[r["sample"]][k] for r in members] for k in scorers},
+            }
+        )
+    table = best_of_n_metrics(groups, section["best_of_n"]["n"], scorers)
+    out = Path(out_dir)
+    write_json(out / "best_of_n.json", table)
+    write_csv(out / "best_of_n.csv", table["rows"])
+    provenance.write(out, {"n_problems": table["n_problems"]})
+    return table
+
+
+# ---- reward_tables ---------------------------------------------------------------------------
+
+
+def _task_of(path: Path) -> str:
+    return path.parent.parent.name  # results/search/{task}/{stage}/file
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _markdown(rows: list[dict], columns: list[str]) -> str:
+    shown = frame(rows)[columns]
+    return markdown(shown.map(lambda v: _fmt(v) if v is None or isinstance(v, float) else v))
+
+
+def best_of_n_rows(paths: list[str]) -> list[dict]:
+    rows = []
+    for path in map(Path, paths):
+        table = read_json(path)
+        task = _task_of(path)
+        rows.append(
+            {
+                "task": task,
+                "N": 1,
+                "method": "greedy",
+                "accuracy": table["greedy_pass@1"],
+                "ci_low": None,
+                "ci_high": None,
+            }
+        )
+        rows += [{"task": task, **row} for row in table["rows"]]
+    return rows
+
+
+def hgs_rows(paths: list[str]) -> list[dict]:
+    rows = []
+    for path in map(Path, paths):
+        metrics = read_json(path)
+        task = _task_of(path)
+        stf = metrics["sample_then_filter"]
+        rows += [
+            {"task": task, "method": "greedy", **metrics["greedy"]},
+            {
+                "task": task,
+                "method": "hgs-prm",
+                "accuracy": metrics["hgs"]["accuracy"],
+                "steps_per_problem": metrics["hgs"]["steps_per_problem"],
+            },
+            {
+                "task": task,
+                "method": f"sample{stf['n']}-then-filter",
+                "accuracy": stf["accuracy_after"],
+                "steps_per_problem": stf["steps_per_problem"],
+            },
+        ]
+    return rows
+
+
+def prm_rows(folders: list[str]) -> list[dict]:
+    rows = []
+    for folder in map(Path, folders):
+        heldout = read_json(folder / "metrics.json")["heldout"]
+        for label, stats in (heldout.get("per_label") or {}).items():
+            rows.append({"prm": folder.name, "task": folder.parent.name, "label": label, **stats})
+    return rows
+
+
+def reward_tables(best_of_n: list[str], hgs: list[str], prms: list[str], out_dir: str) -> None:
+    """Tables of best-of-N per task and N, HGS-PRM vs greedy vs sample-then-filter, and the
+    PRM's held-out per-label precision/recall (Markdown + CSV)."""
+    out = Path(out_dir)
+    bon = best_of_n_rows(best_of_n)
+    search = hgs_rows(hgs)
+    prm = prm_rows(prms)
+    tables.write_csv(frame(bon), out / "best_of_n.csv")
+    tables.write_csv(frame(search or [{"task": "", "method": ""}]), out / "hgs.csv")
+    tables.write_csv(frame(prm or [{"prm": ""}]), out / "prm_precision_recall.csv")
+    text = ["# Reward models and search", "", "## Best-of-N (accuracy, 95% bootstrap CI)", ""]
+    for row in bon:
+        row["ci"] = "" if row["ci_low"] is None else f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+    text.append(_markdown(bon, ["task", "N", "method", "accuracy", "ci"]))
+    text += ["## HGS-PRM vs greedy vs sample-then-filter", ""]
+    text.append(
+        _markdown(search, ["task", "method", "accuracy", "steps_per_problem"])
+        if search
+        else "(none)\n"
+    )
+    text += ["## PRM held-out steps: per-label precision / recall", ""]
+    text.append(
+        _markdown(prm, ["task", "label", "precision", "recall", "support"]) if prm else "(none)\n"
+    )
+    write_text(out / "reward_models.md", "\n".join(text))

@@ -1,0 +1,99 @@
+"""HGS-PRM's step model for tool-integrated trajectories: a step is one model turn (with the
+interpreter's output); expanding samples one turn from the current path through the rollout
+loop, and the PRM labels it."""
+
+from __future__ import annotations
+
+from reasonrl.errors import ReasonRLError
+from reasonrl.generation import SamplingParams
+from reasonrl.rewards.models import load_reward_model
+from reasonrl.rewards.scoring import score_steps, step_classes
+from reasonrl.rewards.steps import trajectory_steps
+from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts
+from reasonrl.sandbox import Sandbox
+from reasonrl.tasks import prompt_messages
+
+
+class ToolStepModel:
+    """HGS-PRM's model and PRM for tool-integrated trajectories: a step is one model turn
+    (with the interpreter's output); an expansion samples one turn from the current path."""
+
+    def __init__(self, config: dict, engine, prm_folder: str, problems: list[dict]):
+        section = config["reward_models"]
+        if section["step_splitter"] != "turn":
+            raise ReasonRLError(
+                "hgs needs reward_models.step_splitter: turn (a step = a model turn)"
+            )
+        self.config, self.engine, self.problems = config, engine, problems
+        self.section, self.seed = section, config["seed"]
+        self.sandbox = Sandbox.from_config(config["sandbox"])
+        self.limits = RolloutLimits.from_config(config["rollout"])
+        self.prm, self.tokenizer, info = load_reward_model(prm_folder, config["policy"]["dtype"])
+        self.labels = info["labels"]
+        self.generated = [0] * len(problems)
+
+    def _prefix(self, index: int, path: list) -> list[dict]:
+        if path:
+            return path[-1]["messages"]
+        return prompt_messages(self.problems[index], self.section["style"])
+
+    def expand(self, ids: list[int], paths: list[list], round_no: int) -> list[tuple[dict, bool]]:
+        params = SamplingParams(
+            temperature=self.section["temperature"],
+            top_p=self.section["top_p"],
+            seed=self.seed + 1009 * (round_no + 1),
+        )
+        out: list[tuple[dict, bool] | None] = [None] * len(ids)
+        by_turns: dict[int, list[int]] = {}
+        for j, path in enumerate(paths):
+            by_turns.setdefault(len(path), []).append(j)
+        for turns, members in by_turns.items():
+            limits = RolloutLimits(
+                turns + 1, self.limits.max_turn_tokens, self.limits.max_total_tokens
+            )
+            prefixes = [
+                RolloutPrefix(self.problems[ids[j]], self._prefix(ids[j], paths[j]))
+                for j in members
+            ]
+            rows = continue_rollouts(self.engine, prefixes, params, limits, self.sandbox)
+            for j, row in zip(members, rows, strict=True):
+                self.generated[ids[j]] += 1
+                final = row["finish_reason"] != "max_turns" or turns + 1 >= self.limits.max_turns
+                out[j] = ({"messages": row["messages"], "row": row}, final)
+        return out
+
+    def label(self, ids: list[int], paths: list[list], steps: list[dict]) -> list[str]:
+        items = [
+            (
+                self.problems[i]["question"],
+                [s.text for s in trajectory_steps(step["messages"], "turn", "")],
+            )
+            for i, step in zip(ids, steps, strict=True)
+        ]
+        probs = score_steps(self.prm, self.tokenizer, items, self.labels)
+        band = self.section["hgs"]["neutral_band"]
+        return [step_classes(p[-1:], self.labels, band)[0] for p in probs]
+
+    def finish(self, searches) -> list[dict]:
+        """The trajectory of each search: its accepted answer, or its state completed greedily."""
+        rows: list[dict | None] = [None] * len(searches)
+        todo = []
+        for i, search in enumerate(searches):
+            if search.finished == "answer":
+                rows[i] = search.path()[-1]["row"]
+            else:
+                todo.append(i)
+        prefixes = [
+            RolloutPrefix(self.problems[i], self._prefix(i, searches[i].path())) for i in todo
+        ]
+        done = (
+            continue_rollouts(
+                self.engine, prefixes, SamplingParams(seed=self.seed), self.limits, self.sandbox
+            )
+            if todo
+            else []
+        )
+        for i, row in zip(todo, done, strict=True):
+            self.generated[i] += row["num_turns"] - len(searches[i].path())
+            rows[i] = row
+        return rows
