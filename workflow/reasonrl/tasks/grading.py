@@ -1,7 +1,10 @@
 """Math answer grading: final-answer extraction, equivalence and a canonical form for voting.
 
-Equivalence tries an exact numeric comparison first (the hot path: arith and GSM8K answers are
-numbers), then symbolic equivalence through math-verify, then normalised string equality.
+Equivalence is math-verify's. A fast path answers first where it cannot disagree with it (the
+hot path: arith and GSM8K answers are numbers): plain numbers of exactly the same value are
+equal, two different whole numbers are not, and the same answer up to decorations (\\text{},
+degrees, dollars, spacing) is equal. Everything else, percentages included (math-verify
+takes `50\\%` as 50 or as 0.5, and rounds decimals against fractions), goes to math-verify.
 """
 
 from __future__ import annotations
@@ -17,10 +20,21 @@ from math_verify import parse, verify
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 MATH_VERIFY_TIMEOUT_S = 5
-NUMERIC_TOLERANCE = Fraction(1, 10**6)
 BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 ANSWER_IS = re.compile(r"answer is[:\s]*(.+?)(?:\.\s|\.?$|\n)", re.IGNORECASE | re.MULTILINE)
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+# The fallback answer: the last complete numeric expression of a text. A number (thousands
+# grouped by commas, a decimal part, an e-exponent) with a minus sign that is not a
+# subtraction, a LaTeX fraction, or a number followed by a power, "\\times 10^{n}",
+# "/ denominator" or a percent sign.
+_UNSIGNED = r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
+_SIGN = r"(?:(?<![\w)}\]])-)?"
+_EXPONENT = rf"\^(?:\{{\s*-?(?:{_UNSIGNED})\s*\}}|-?\d+)"
+_LATEX_FRACTION = rf"\\[dt]?frac(?:\{{\s*-?(?:{_UNSIGNED})\s*\}}\{{\s*(?:{_UNSIGNED})\s*\}}|\d\d)"
+NUMERIC_EXPRESSION = re.compile(
+    rf"{_SIGN}(?:{_LATEX_FRACTION}|(?:{_UNSIGNED})"
+    rf"(?:\s*\\times\s*10{_EXPONENT}|{_EXPONENT}|\s*/\s*(?:{_UNSIGNED}))?)(?:\s*\\?%)?"
+)
+PERCENT = re.compile(r"\\?%")
 PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")
 LATEX_FRACTION = re.compile(r"^(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}$")
 # Wrappers that never change an answer's value.
@@ -45,15 +59,17 @@ def _boxed_contents(text: str) -> list[str]:
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer of a text: last \\boxed{}, else "The answer is X", else the last number."""
-    boxed = _boxed_contents(text)
-    if boxed:
-        return boxed[-1]
+    """The final answer of a text: the last \\boxed{}, else "The answer is X", else the last
+    numeric expression (a fraction or a power whole). A text with an unclosed \\boxed{ (a
+    truncated answer) has no answer unless an earlier box is complete."""
+    if BOXED.search(text):
+        boxed = _boxed_contents(text)
+        return boxed[-1] if boxed else None
     stated = ANSWER_IS.findall(text)
     if stated:
         return stated[-1].strip().strip("$").strip()
-    numbers = NUMBER.findall(text)
-    return numbers[-1].replace(",", "") if numbers else None
+    expressions = NUMERIC_EXPRESSION.findall(text)
+    return expressions[-1].replace(",", "") if expressions else None
 
 
 def _strip_decorations(text: str) -> str:
@@ -103,13 +119,16 @@ def _symbolic_equal(pred: str, gold: str) -> bool:
 
 
 def answers_equal(pred: str | None, gold: str) -> bool:
-    """True when `pred` and `gold` are the same answer (numerically or symbolically)."""
+    """True when `pred` and `gold` are the same answer, as math-verify judges them."""
     if pred is None or not pred.strip():
         return False
-    pred_value, gold_value = _as_fraction(pred), _as_fraction(gold)
-    if pred_value is not None and gold_value is not None:
-        # Absolute tolerance: a rounded decimal matches its fraction; integers never merge.
-        return abs(pred_value - gold_value) <= NUMERIC_TOLERANCE
-    if normalize_answer(pred) == normalize_answer(gold):
-        return True
+    if not (PERCENT.search(pred) or PERCENT.search(gold)):
+        pred_value, gold_value = _as_fraction(pred), _as_fraction(gold)
+        if pred_value is not None and gold_value is not None:
+            if pred_value == gold_value:
+                return True
+            if pred_value.denominator == gold_value.denominator == 1:
+                return False  # two different whole numbers: no rounding makes them equal
+        elif normalize_answer(pred) == normalize_answer(gold):
+            return True
     return _symbolic_equal(pred, gold)
