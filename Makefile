@@ -90,9 +90,10 @@ slurm-profile:
 	  echo "$(SNAKEMAKE_PROFILES)/slurm is not ours: left alone (use --profile profiles/slurm)" >&2; \
 	else ln -sfn "$(CURDIR)/profiles/slurm" "$(SNAKEMAKE_PROFILES)/slurm"; fi
 
-# The SLURM and container tests start a SLURM cluster (slurm-wlm, munge) and a Docker daemon
-# and build an image from a debootstrap base: install what is missing when we are root.
-TEST_DEBS := slurm-wlm munge docker.io debootstrap
+# The SLURM and container tests start a SLURM cluster (slurm-wlm, munge), a Docker daemon and
+# a local image registry (docker-registry; skopeo reads it back), and build an image from a
+# debootstrap base: install what is missing when we are root.
+TEST_DEBS := slurm-wlm munge docker.io debootstrap docker-registry skopeo
 test-deps:
 	@missing=$$(for p in $(TEST_DEBS); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \

@@ -23,7 +23,8 @@ import yaml
 from run_results import differing_results
 
 from reasonrl.containers.build import remove_replaced_image
-from reasonrl.containers.lock import load_lock
+from reasonrl.containers.lock import StageImage, load_lock, rewrite_image_fields
+from reasonrl.containers.publish import check_registry
 from reasonrl.containers.runner import ContainerSpec, host_config
 from reasonrl.errors import ReasonRLError
 
@@ -38,9 +39,14 @@ LOCK = REPO / "containers/images.lock.yaml"
 # --- the lock and the rules, without Docker -----------------------------------------------------
 
 
-def test_shipped_lock_pins_the_cpu_image_by_digest_and_covers_every_rule(snakemake):
+def test_shipped_lock_covers_every_rule_and_pins_no_unpublished_image(snakemake):
+    """A digest in the shipped lock is a registry's (`containers publish`): it comes with a
+    registry ref; a local build's image id never ships."""
     lock = load_lock(LOCK)
-    assert lock.images["cpu"]["digest"].startswith("sha256:")
+    for name, image in lock.images.items():
+        assert "image_id" not in image, name
+        if image["digest"] is not None:
+            assert re.match(r"^[a-z0-9.-]+(:\d+)?/", image["ref"]), name
     rules = set(snakemake("--list-rules").stdout.split()) - {"all"}
     assert rules <= set(lock.stages), rules - set(lock.stages)
 
@@ -55,14 +61,86 @@ def test_every_rule_with_a_command_names_its_own_image():
                 assert re.search(directive, body), f"{path.name}: rule {name}"
 
 
-def test_rule_container_is_docker_ref_at_digest():
-    from reasonrl.containers.lock import load_lock as load
+PUBLISHED_DIGEST = "sha256:" + "ab" * 32
 
-    lock = load(LOCK)
+
+def published_lock(tmp_path: Path, ref: str = "127.0.0.1:5000/ns/reasonrl-cpu:0.1.0") -> Path:
+    """The shipped lock with the CPU image published as `ref`."""
+    path = tmp_path / "images.lock.yaml"
+    shutil.copy(LOCK, path)
+    rewrite_image_fields(path, "cpu", {"ref": ref, "digest": PUBLISHED_DIGEST})
+    return path
+
+
+def test_rule_container_is_docker_repository_at_digest(tmp_path):
+    lock = load_lock(published_lock(tmp_path))
     image = lock.stage("sft", gpu_images=False)
-    assert image.uri == f"docker://{lock.images['cpu']['ref']}@{lock.images['cpu']['digest']}"
+    assert image.uri == f"docker://127.0.0.1:5000/ns/reasonrl-cpu@{PUBLISHED_DIGEST}"
+    assert image.pinned == f"127.0.0.1:5000/ns/reasonrl-cpu@{PUBLISHED_DIGEST}"
     assert lock.stage("sft", gpu_images=True).name == "gpu"
     assert lock.stage("report", gpu_images=True).name == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("ref", "repository"),
+    [
+        ("reasonrl-cpu:0.1.0", "reasonrl-cpu"),
+        ("reasonrl-cpu", "reasonrl-cpu"),
+        ("localhost:5000/reasonrl-cpu", "localhost:5000/reasonrl-cpu"),
+        (
+            "registry.example.org:443/a/b/reasonrl-gpu:1.2",
+            "registry.example.org:443/a/b/reasonrl-gpu",
+        ),
+    ],
+)
+def test_repository_drops_the_tag_and_keeps_the_port(ref, repository):
+    assert StageImage("cpu", ref, None, False).repository == repository
+
+
+def test_unpublished_image_has_no_uri_and_says_how_to_publish():
+    image = load_lock(LOCK).stage("sft", gpu_images=False)
+    assert image.pinned == image.ref  # the Docker path runs a local build by its tag
+    with pytest.raises(ReasonRLError, match="not published.*reasonrl containers publish"):
+        _ = image.uri
+
+
+def test_apptainer_run_of_an_unpublished_image_stops_naming_the_fix(snakemake, tmp_path):
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    args = ["-n", "--configfile", "config/test.yaml", "--software-deployment-method", "apptainer"]
+    result = snakemake(*args, cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "image 'cpu' (reasonrl-cpu:0.1.0) is not published" in result.stderr
+    assert "reasonrl containers publish --registry" in result.stderr
+
+
+def test_docker_path_runs_a_published_image_by_the_same_reference(snakemake, tmp_path):
+    lock = published_lock(tmp_path)
+    containers = f"containers={{'engine': 'docker', 'lock': '{lock}'}}"
+    shells = docker_shells(snakemake, tmp_path / "run", containers)
+    pinned = f"127.0.0.1:5000/ns/reasonrl-cpu@{PUBLISHED_DIGEST}"
+    for script in shells.values():
+        assert f"--image {pinned} --workdir" in script
+        assert f"--digest {PUBLISHED_DIGEST}" in script
+
+
+def test_publish_rewrites_ref_and_digest_and_keeps_the_locks_comments(tmp_path):
+    path = published_lock(tmp_path)
+    text = path.read_text()
+    assert text.splitlines()[:20] == LOCK.read_text().splitlines()[:20]  # comments kept
+    assert "    ref: 127.0.0.1:5000/ns/reasonrl-cpu:0.1.0\n" in text
+    rewrite_image_fields(path, "gpu", {"image_id": PUBLISHED_DIGEST})
+    lock = load_lock(path)
+    assert lock.images["cpu"]["digest"] == PUBLISHED_DIGEST
+    assert lock.images["gpu"] == {**load_lock(LOCK).images["gpu"], "image_id": PUBLISHED_DIGEST}
+    assert lock.stages == load_lock(LOCK).stages
+
+
+@pytest.mark.parametrize("registry", ["127.0.0.1:5000", "Ghcr.io/Org", "ghcr/org", "-x.io/a"])
+def test_publish_refuses_a_registry_without_host_and_name(registry):
+    with pytest.raises(ReasonRLError, match=f"--registry '{re.escape(registry)}'"):
+        check_registry(registry)
+    assert check_registry("ghcr.io/my-org/") == "ghcr.io/my-org"
+    assert check_registry("127.0.0.1:5000/reasonrl") == "127.0.0.1:5000/reasonrl"
 
 
 @pytest.mark.parametrize(
@@ -237,7 +315,7 @@ def docker_run(cpu_image, snakemake, tmp_path_factory) -> Path:
 
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_runner_runs_as_the_callers_uid_without_network(cpu_image, tmp_path):
-    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    digest = load_lock(cpu_image).images["cpu"]["image_id"]
     tmp_path.chmod(0o777)
     script = "id -u > owner.txt; ls /sys/class/net > nets.txt; echo $REASONRL_IMAGE_DIGEST"
     argv = [sys.executable, "-m", "reasonrl.containers.runner", "--image", digest]
@@ -254,7 +332,7 @@ def test_runner_runs_as_the_callers_uid_without_network(cpu_image, tmp_path):
 
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_runner_returns_the_commands_exit_status(cpu_image, tmp_path):
-    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    digest = load_lock(cpu_image).images["cpu"]["image_id"]
     argv = [sys.executable, "-m", "reasonrl.containers.runner", "--image", digest]
     result = subprocess.run([*argv, "--workdir", str(tmp_path), "--", "/bin/sh", "-c", "exit 3"])
     assert result.returncode == 3
@@ -269,7 +347,7 @@ def test_docker_run_gives_the_native_runs_results(docker_run, test_run):
 @pytest.mark.workflow
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_every_rule_ran_in_the_pinned_image_and_says_so(docker_run, cpu_image, test_run):
-    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    digest = load_lock(cpu_image).images["cpu"]["image_id"]
     manifests = sorted((docker_run / "results").rglob("manifest.json"))
     local = sorted((test_run / "results").rglob("manifest.json"))  # every job that writes one
     assert [p.relative_to(docker_run) for p in manifests] == [
@@ -302,8 +380,8 @@ def test_apptainer_runs_a_stage_in_the_cpu_image(cpu_image, tmp_path):
     assert manifest["container"]["runtime"] == "apptainer"
 
 
-def test_apptainer_definition_takes_the_locked_cpu_image():
-    cpu = load_lock(LOCK).images["cpu"]
+def test_apptainer_definition_takes_the_published_image_as_a_build_argument():
     definition = (REPO / "containers/reasonrl.def").read_text()
     assert re.search(r"^Bootstrap: docker$", definition, flags=re.M)
-    assert f"\nFrom: {cpu['ref']}@{cpu['digest']}\n" in definition
+    assert re.search(r"^From: \{\{ IMAGE \}\}$", definition, flags=re.M)
+    assert "--build-arg IMAGE=HOST/NAME/reasonrl-cpu@sha256:" in definition
