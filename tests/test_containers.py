@@ -9,6 +9,7 @@ when none answers and stops it again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from local_registry import LocalRegistry
 from run_results import differing_results
 
 from reasonrl.containers.build import remove_replaced_image
@@ -250,6 +252,63 @@ def test_rebuild_keeps_a_replaced_image_a_container_still_uses(caplog):
     assert "kept the replaced image sha256:old: conflict" in caplog.text
 
 
+# --- the GPU image's lock --------------------------------------------------------------------
+
+
+def pinned_requirements(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name (PEP 503) -> (version, hashes) of each `name==version` entry of a requirement file
+    (continuation lines joined; comments and options skipped)."""
+    text = re.sub(r"\s*\\\n\s*", " ", path.read_text())
+    pins = {}
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words or words[0].startswith("-"):
+            continue
+        name, _, version = words[0].partition("==")
+        assert version, f"{path.name}: '{words[0]}' is not pinned"
+        hashes = [w.removeprefix("--hash=") for w in words[1:] if w.startswith("--hash=")]
+        pins[re.sub(r"[-_.]+", "-", name).lower()] = (version, hashes)
+    return pins
+
+
+def test_gpu_lock_pins_what_the_gpu_requirements_pin_and_hashes_every_package():
+    requirements = pinned_requirements(REPO / "envs/requirements-gpu.txt")
+    lock = pinned_requirements(REPO / "envs/lock-gpu.txt")
+    assert {"torch", "vllm", "deepspeed", "transformers", "peft"} <= requirements.keys()
+    for name, (version, _) in requirements.items():
+        assert lock.get(name, (None,))[0] == version, f"envs/lock-gpu.txt: {name}"
+    for name, (_, hashes) in lock.items():
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), name
+    assert any(name.startswith("nvidia-") for name in lock)  # the CUDA build of torch
+    assert lock.keys() > requirements.keys()  # resolved: dependencies too
+
+
+def test_gpu_lock_is_generated_by_its_make_target_for_linux_x86_64_python_311():
+    header = (REPO / "envs/lock-gpu.txt").read_text().splitlines()[1]
+    assert header == "#    make envs/lock-gpu.txt"
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("envs/lock-gpu.txt: envs/requirements-gpu.txt\n", 1)[1]
+    for option in ("--python-platform x86_64-manylinux_2_28", "--python-version 3.11"):
+        assert option in recipe.split("\n\n")[0]
+    assert "--generate-hashes" in recipe.split("\n\n")[0]
+
+
+def test_gpu_requirements_hold_every_package_of_the_cpu_set():
+    """The rules run the same code in both images; only the SLURM executor (host side) is out."""
+    cpu = set(pinned_requirements(REPO / "envs/requirements-cpu.txt"))
+    gpu = set(pinned_requirements(REPO / "envs/requirements-gpu.txt"))
+    assert cpu - gpu == {"snakemake-executor-plugin-slurm"}
+
+
+def test_gpu_dockerfile_installs_the_lock_by_hash():
+    dockerfile = (REPO / "containers/Dockerfile.gpu").read_text()
+    assert "COPY envs/lock-gpu.txt" in dockerfile
+    assert "pip install --no-cache-dir --require-hashes -r /opt/reasonrl/envs/lock-gpu.txt" in (
+        dockerfile
+    )
+    assert "requirements-gpu.txt" not in dockerfile.split("FROM", 1)[1]
+
+
 # --- Docker -------------------------------------------------------------------------------------
 
 
@@ -360,6 +419,92 @@ def test_every_rule_ran_in_the_pinned_image_and_says_so(docker_run, cpu_image, t
         assert container["digest"] == digest and manifest["container_image"] == digest
         assert manifest["packages"]["torch"] == "2.13.0+cpu"
         assert manifest["command"][0] == "/opt/venv/bin/reasonrl"  # the image's, not the venv's
+
+
+# --- publishing to a real local registry -------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def local_registry(tmp_path_factory):
+    """Debian's docker-registry on 127.0.0.1 (a free port), stopped after the session."""
+    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
+        pytest.skip("docker-registry or skopeo missing: `make test-deps` installs them (as root)")
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry")).start()
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture(scope="session")
+def published_cpu_image(cpu_image, local_registry, tmp_path_factory) -> Path:
+    """The CPU image of the session, taken (not rebuilt) and pushed by `containers publish`;
+    returns the lock it pinned it in."""
+    lock = tmp_path_factory.mktemp("published") / "images.lock.yaml"
+    shutil.copy(cpu_image, lock)
+    command = [str(VENV_BIN / "reasonrl"), "containers", "publish", "--local-base"]
+    registry = f"{local_registry.host}/reasonrl"
+    started = time.monotonic()
+    result = subprocess.run(
+        [*command, "--registry", registry, "--lock", str(lock)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "building" not in result.stderr  # the session's image, taken as it is
+    print(f"containers publish: {time.monotonic() - started:.0f} s; {result.stdout.strip()}")
+    return lock
+
+
+@pytest.fixture(scope="session")
+def pulled_cpu_image(published_cpu_image) -> StageImage:
+    """The published image removed here (every tag) and pulled back by the lock's digest."""
+    import docker
+
+    image = load_lock(published_cpu_image).stage_image("cpu")
+    client = docker.from_env()
+    client.images.remove(image.image_id, force=True)
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get(image.image_id)
+    started = time.monotonic()
+    pulled = client.images.pull(image.pinned)
+    print(f"pull by digest: {time.monotonic() - started:.0f} s")
+    assert pulled.id == image.image_id  # the same image config, so the same image id
+    assert image.pinned in pulled.attrs["RepoDigests"]
+    return image
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_publish_pins_the_registrys_manifest_digest(published_cpu_image, local_registry):
+    lock = load_lock(published_cpu_image)
+    image = lock.stage_image("cpu")
+    assert image.ref == f"{local_registry.host}/reasonrl/reasonrl-cpu:0.1.0"
+    assert image.uri == f"docker://{local_registry.host}/reasonrl/reasonrl-cpu@{image.digest}"
+    assert image.digest != image.image_id  # a manifest digest, not the image id
+    assert lock.images["gpu"] == load_lock(LOCK).images["gpu"]  # only --image was published
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_skopeo_reads_the_same_manifest_digest_from_the_registry(pulled_cpu_image):
+    reference = f"docker://{pulled_cpu_image.pinned}"
+    inspect = ["skopeo", "inspect", "--tls-verify=false"]
+    info = json.loads(subprocess.run([*inspect, reference], capture_output=True, check=True).stdout)
+    assert info["Digest"] == pulled_cpu_image.digest
+    raw = subprocess.run([*inspect, "--raw", reference], capture_output=True, check=True).stdout
+    assert f"sha256:{hashlib.sha256(raw).hexdigest()}" == pulled_cpu_image.digest
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_a_rule_runs_in_the_image_pulled_by_digest(
+    pulled_cpu_image, published_cpu_image, snakemake, tmp_path
+):
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    containers = json.dumps({"engine": "docker", "lock": str(published_cpu_image)})
+    args = ["--cores", "1", "--configfile", "config/test.yaml", "--config"]
+    snakemake(*args, f"containers={containers}", "--until", "make_task_data", cwd=tmp_path)
+    manifests = sorted((tmp_path / "results/data").glob("*/manifest.json"))
+    assert manifests
+    for path in manifests:
+        container = json.loads(path.read_text())["container"]
+        assert container["runtime"] == "docker" and container["image"] == "cpu", path
+        assert container["ref"] == pulled_cpu_image.pinned
+        assert container["digest"] == pulled_cpu_image.digest
 
 
 @pytest.mark.skipif(

@@ -33,6 +33,7 @@ CONTEXT_FILES = (
     "envs/lock-cpu.txt",
     "envs/requirements-nodeps.txt",
     "envs/requirements-gpu.txt",
+    "envs/lock-gpu.txt",
     "pyproject.toml",
     "README.md",
 )
