@@ -23,10 +23,11 @@ import pytest
 import yaml
 from local_registry import LocalRegistry
 from run_results import differing_results
+from slurm_cluster import _free_port
 
 from reasonrl.containers.build import remove_replaced_image
 from reasonrl.containers.lock import StageImage, load_lock, rewrite_image_fields
-from reasonrl.containers.publish import check_registry
+from reasonrl.containers.publish import check_registry, publish_image
 from reasonrl.containers.runner import ContainerSpec, host_config
 from reasonrl.errors import ReasonRLError
 
@@ -468,6 +469,34 @@ def pulled_cpu_image(published_cpu_image) -> StageImage:
     assert pulled.id == image.image_id  # the same image config, so the same image id
     assert image.pinned in pulled.attrs["RepoDigests"]
     return image
+
+
+def test_publish_of_a_gpu_image_not_built_here_says_how_to_build_it():
+    import docker
+
+    class NoImages:
+        def get(self, ref):
+            raise docker.errors.ImageNotFound(ref)
+
+    client = type("Client", (), {"images": NoImages()})()
+    with pytest.raises(ReasonRLError, match=r"no local image reasonrl-gpu:0\.1\.0.*docker build"):
+        publish_image(client, "gpu", load_lock(LOCK), "127.0.0.1:5000/reasonrl")
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_publish_to_an_unreachable_registry_is_one_line_and_keeps_the_lock(cpu_image, tmp_path):
+    lock = tmp_path / "images.lock.yaml"
+    shutil.copy(cpu_image, lock)
+    port = _free_port()  # nothing listens there
+    command = [str(VENV_BIN / "reasonrl"), "containers", "publish", "--local-base"]
+    command += ["--registry", f"127.0.0.1:{port}/reasonrl", "--lock", str(lock)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 2
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith(
+        f"reasonrl: error: pushing 127.0.0.1:{port}/reasonrl/reasonrl-cpu:0.1.0"
+    )
+    assert lock.read_text() == cpu_image.read_text()
 
 
 @pytest.mark.timeout(HEAVY_TIMEOUT)

@@ -1,4 +1,4 @@
-"""containers/images.lock.yaml: which image (ref@digest) each rule runs in."""
+"""containers/images.lock.yaml: which image (repository@digest) each rule runs in."""
 
 from __future__ import annotations
 

@@ -61,12 +61,18 @@ def local_image_id(client, name: str, lock: ImageLock, **build_options) -> str:
 
 def push(client, repository: str, tag: str) -> str:
     """Push repository:tag; returns the manifest digest the registry reports for it."""
+    import docker
+
     pushed = None
-    for event in client.api.push(repository, tag=tag, stream=True, decode=True):
-        if "error" in event:
-            raise ReasonRLError(f"pushing {repository}:{tag} failed: {event['error']}")
-        pushed = event.get("aux", {}).get("Digest", pushed)
-    registry = client.api.inspect_distribution(f"{repository}:{tag}")["Descriptor"]["digest"]
+    try:
+        for event in client.api.push(repository, tag=tag, stream=True, decode=True):
+            if "error" in event:
+                raise ReasonRLError(f"pushing {repository}:{tag} failed: {event['error']}")
+            pushed = event.get("aux", {}).get("Digest", pushed)
+        descriptor = client.api.inspect_distribution(f"{repository}:{tag}")["Descriptor"]
+    except docker.errors.APIError as err:
+        raise ReasonRLError(f"pushing {repository}:{tag} failed: {err.explanation}") from None
+    registry = descriptor["digest"]
     if pushed != registry:
         raise ReasonRLError(
             f"{repository}:{tag}: the push reported {pushed}, the registry holds {registry}"
@@ -92,7 +98,10 @@ def publish_command(args) -> None:
 
     registry = check_registry(args.registry)
     lock = load_lock(args.lock)
-    client = docker.from_env()
+    try:
+        client = docker.from_env()
+    except docker.errors.DockerException as err:
+        raise ReasonRLError(f"cannot reach the Docker daemon: {err}") from None
     for name in args.image or ["cpu"]:
         fields = publish_image(
             client, name, lock, registry, use_local_base=args.local_base, mirror=args.mirror
