@@ -50,6 +50,17 @@ envs/conda-cpu.yaml: envs/lock-cpu.txt
 	  echo "  - python=3.11"; echo "  - pip"; echo "  - pip:"; \
 	  sed -e '/^#/d' -e '/^$$/d' -e 's/+cpu$$//' -e 's/^/      - /' $<; } > $@
 
+# The GPU image's lock: every package with its hashes, for Linux x86_64 and Python 3.11,
+# resolved by uv from PyPI as it was on UV_EXCLUDE_NEWER (so a rerun gives the same file).
+# uv lives in a throwaway venv of its own: the project does not depend on it.
+UV_VENV := $(or $(TMPDIR),/tmp)/reasonrl-uv
+UV_EXCLUDE_NEWER := 2026-11-24T00:00:00Z
+envs/lock-gpu.txt: envs/requirements-gpu.txt
+	test -x $(UV_VENV)/bin/uv || { python3 -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install -q uv==0.13.9; }
+	$(UV_VENV)/bin/uv pip compile $< --python-platform x86_64-manylinux_2_28 --python-version 3.11 \
+	  --generate-hashes --exclude-newer $(UV_EXCLUDE_NEWER) \
+	  --custom-compile-command "make envs/lock-gpu.txt" -o $@
+
 setup: $(STAMP) sandbox slurm-profile
 
 $(BIN)/python:
@@ -94,9 +105,10 @@ slurm-profile:
 	  echo "$(SNAKEMAKE_PROFILES)/slurm is not ours: left alone (use --profile profiles/slurm)" >&2; \
 	else ln -sfn "$(CURDIR)/profiles/slurm" "$(SNAKEMAKE_PROFILES)/slurm"; fi
 
-# The SLURM and container tests start a SLURM cluster (slurm-wlm, munge) and a Docker daemon
-# and build an image from a debootstrap base: install what is missing when we are root.
-TEST_DEBS := slurm-wlm munge docker.io debootstrap
+# The SLURM and container tests start a SLURM cluster (slurm-wlm, munge), a Docker daemon and
+# a local image registry (docker-registry; skopeo reads it back), and build an image from a
+# debootstrap base: install what is missing when we are root.
+TEST_DEBS := slurm-wlm munge docker.io debootstrap docker-registry skopeo
 test-deps:
 	@missing=$$(for p in $(TEST_DEBS); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \

@@ -9,6 +9,7 @@ when none answers and stops it again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -20,10 +21,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from local_registry import LocalRegistry
 from run_results import differing_results
+from slurm_cluster import _free_port
 
 from reasonrl.containers.build import remove_replaced_image
-from reasonrl.containers.lock import load_lock
+from reasonrl.containers.lock import StageImage, load_lock, rewrite_image_fields
+from reasonrl.containers.publish import check_registry, publish_image
 from reasonrl.containers.runner import ContainerSpec, host_config
 from reasonrl.errors import ReasonRLError
 
@@ -38,9 +42,14 @@ LOCK = REPO / "containers/images.lock.yaml"
 # --- the lock and the rules, without Docker -----------------------------------------------------
 
 
-def test_shipped_lock_pins_the_cpu_image_by_digest_and_covers_every_rule(snakemake):
+def test_shipped_lock_covers_every_rule_and_pins_no_unpublished_image(snakemake):
+    """A digest in the shipped lock is a registry's (`containers publish`): it comes with a
+    registry ref; a local build's image id never ships."""
     lock = load_lock(LOCK)
-    assert lock.images["cpu"]["digest"].startswith("sha256:")
+    for name, image in lock.images.items():
+        assert "image_id" not in image, name
+        if image["digest"] is not None:
+            assert re.match(r"^[a-z0-9.-]+(:\d+)?/", image["ref"]), name
     rules = set(snakemake("--list-rules").stdout.split()) - {"all"}
     assert rules <= set(lock.stages), rules - set(lock.stages)
 
@@ -55,14 +64,86 @@ def test_every_rule_with_a_command_names_its_own_image():
                 assert re.search(directive, body), f"{path.name}: rule {name}"
 
 
-def test_rule_container_is_docker_ref_at_digest():
-    from reasonrl.containers.lock import load_lock as load
+PUBLISHED_DIGEST = "sha256:" + "ab" * 32
 
-    lock = load(LOCK)
+
+def published_lock(tmp_path: Path, ref: str = "127.0.0.1:5000/ns/reasonrl-cpu:0.1.0") -> Path:
+    """The shipped lock with the CPU image published as `ref`."""
+    path = tmp_path / "images.lock.yaml"
+    shutil.copy(LOCK, path)
+    rewrite_image_fields(path, "cpu", {"ref": ref, "digest": PUBLISHED_DIGEST})
+    return path
+
+
+def test_rule_container_is_docker_repository_at_digest(tmp_path):
+    lock = load_lock(published_lock(tmp_path))
     image = lock.stage("sft", gpu_images=False)
-    assert image.uri == f"docker://{lock.images['cpu']['ref']}@{lock.images['cpu']['digest']}"
+    assert image.uri == f"docker://127.0.0.1:5000/ns/reasonrl-cpu@{PUBLISHED_DIGEST}"
+    assert image.pinned == f"127.0.0.1:5000/ns/reasonrl-cpu@{PUBLISHED_DIGEST}"
     assert lock.stage("sft", gpu_images=True).name == "gpu"
     assert lock.stage("report", gpu_images=True).name == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("ref", "repository"),
+    [
+        ("reasonrl-cpu:0.1.0", "reasonrl-cpu"),
+        ("reasonrl-cpu", "reasonrl-cpu"),
+        ("localhost:5000/reasonrl-cpu", "localhost:5000/reasonrl-cpu"),
+        (
+            "registry.example.org:443/a/b/reasonrl-gpu:1.2",
+            "registry.example.org:443/a/b/reasonrl-gpu",
+        ),
+    ],
+)
+def test_repository_drops_the_tag_and_keeps_the_port(ref, repository):
+    assert StageImage("cpu", ref, None, False).repository == repository
+
+
+def test_unpublished_image_has_no_uri_and_says_how_to_publish():
+    image = load_lock(LOCK).stage("sft", gpu_images=False)
+    assert image.pinned == image.ref  # the Docker path runs a local build by its tag
+    with pytest.raises(ReasonRLError, match="not published.*reasonrl containers publish"):
+        _ = image.uri
+
+
+def test_apptainer_run_of_an_unpublished_image_stops_naming_the_fix(snakemake, tmp_path):
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    args = ["-n", "--configfile", "config/test.yaml", "--software-deployment-method", "apptainer"]
+    result = snakemake(*args, cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "image 'cpu' (reasonrl-cpu:0.1.0) is not published" in result.stderr
+    assert "reasonrl containers publish --registry" in result.stderr
+
+
+def test_docker_path_runs_a_published_image_by_the_same_reference(snakemake, tmp_path):
+    lock = published_lock(tmp_path)
+    containers = f"containers={{'engine': 'docker', 'lock': '{lock}'}}"
+    shells = docker_shells(snakemake, tmp_path / "run", containers)
+    pinned = f"127.0.0.1:5000/ns/reasonrl-cpu@{PUBLISHED_DIGEST}"
+    for script in shells.values():
+        assert f"--image {pinned} --workdir" in script
+        assert f"--digest {PUBLISHED_DIGEST}" in script
+
+
+def test_publish_rewrites_ref_and_digest_and_keeps_the_locks_comments(tmp_path):
+    path = published_lock(tmp_path)
+    text = path.read_text()
+    assert text.splitlines()[:20] == LOCK.read_text().splitlines()[:20]  # comments kept
+    assert "    ref: 127.0.0.1:5000/ns/reasonrl-cpu:0.1.0\n" in text
+    rewrite_image_fields(path, "gpu", {"image_id": PUBLISHED_DIGEST})
+    lock = load_lock(path)
+    assert lock.images["cpu"]["digest"] == PUBLISHED_DIGEST
+    assert lock.images["gpu"] == {**load_lock(LOCK).images["gpu"], "image_id": PUBLISHED_DIGEST}
+    assert lock.stages == load_lock(LOCK).stages
+
+
+@pytest.mark.parametrize("registry", ["127.0.0.1:5000", "Ghcr.io/Org", "ghcr/org", "-x.io/a"])
+def test_publish_refuses_a_registry_without_host_and_name(registry):
+    with pytest.raises(ReasonRLError, match=f"--registry '{re.escape(registry)}'"):
+        check_registry(registry)
+    assert check_registry("ghcr.io/my-org/") == "ghcr.io/my-org"
+    assert check_registry("127.0.0.1:5000/reasonrl") == "127.0.0.1:5000/reasonrl"
 
 
 @pytest.mark.parametrize(
@@ -172,6 +253,63 @@ def test_rebuild_keeps_a_replaced_image_a_container_still_uses(caplog):
     assert "kept the replaced image sha256:old: conflict" in caplog.text
 
 
+# --- the GPU image's lock --------------------------------------------------------------------
+
+
+def pinned_requirements(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name (PEP 503) -> (version, hashes) of each `name==version` entry of a requirement file
+    (continuation lines joined; comments and options skipped)."""
+    text = re.sub(r"\s*\\\n\s*", " ", path.read_text())
+    pins = {}
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words or words[0].startswith("-"):
+            continue
+        name, _, version = words[0].partition("==")
+        assert version, f"{path.name}: '{words[0]}' is not pinned"
+        hashes = [w.removeprefix("--hash=") for w in words[1:] if w.startswith("--hash=")]
+        pins[re.sub(r"[-_.]+", "-", name).lower()] = (version, hashes)
+    return pins
+
+
+def test_gpu_lock_pins_what_the_gpu_requirements_pin_and_hashes_every_package():
+    requirements = pinned_requirements(REPO / "envs/requirements-gpu.txt")
+    lock = pinned_requirements(REPO / "envs/lock-gpu.txt")
+    assert {"torch", "vllm", "deepspeed", "transformers", "peft"} <= requirements.keys()
+    for name, (version, _) in requirements.items():
+        assert lock.get(name, (None,))[0] == version, f"envs/lock-gpu.txt: {name}"
+    for name, (_, hashes) in lock.items():
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), name
+    assert any(name.startswith("nvidia-") for name in lock)  # the CUDA build of torch
+    assert lock.keys() > requirements.keys()  # resolved: dependencies too
+
+
+def test_gpu_lock_is_generated_by_its_make_target_for_linux_x86_64_python_311():
+    header = (REPO / "envs/lock-gpu.txt").read_text().splitlines()[1]
+    assert header == "#    make envs/lock-gpu.txt"
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("envs/lock-gpu.txt: envs/requirements-gpu.txt\n", 1)[1]
+    for option in ("--python-platform x86_64-manylinux_2_28", "--python-version 3.11"):
+        assert option in recipe.split("\n\n")[0]
+    assert "--generate-hashes" in recipe.split("\n\n")[0]
+
+
+def test_gpu_requirements_hold_every_package_of_the_cpu_set():
+    """The rules run the same code in both images; only the SLURM executor (host side) is out."""
+    cpu = set(pinned_requirements(REPO / "envs/requirements-cpu.txt"))
+    gpu = set(pinned_requirements(REPO / "envs/requirements-gpu.txt"))
+    assert cpu - gpu == {"snakemake-executor-plugin-slurm"}
+
+
+def test_gpu_dockerfile_installs_the_lock_by_hash():
+    dockerfile = (REPO / "containers/Dockerfile.gpu").read_text()
+    assert "COPY envs/lock-gpu.txt" in dockerfile
+    assert "pip install --no-cache-dir --require-hashes -r /opt/reasonrl/envs/lock-gpu.txt" in (
+        dockerfile
+    )
+    assert "requirements-gpu.txt" not in dockerfile.split("FROM", 1)[1]
+
+
 # --- Docker -------------------------------------------------------------------------------------
 
 
@@ -237,7 +375,7 @@ def docker_run(cpu_image, snakemake, tmp_path_factory) -> Path:
 
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_runner_runs_as_the_callers_uid_without_network(cpu_image, tmp_path):
-    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    digest = load_lock(cpu_image).images["cpu"]["image_id"]
     tmp_path.chmod(0o777)
     script = "id -u > owner.txt; ls /sys/class/net > nets.txt; echo $REASONRL_IMAGE_DIGEST"
     argv = [sys.executable, "-m", "reasonrl.containers.runner", "--image", digest]
@@ -254,7 +392,7 @@ def test_runner_runs_as_the_callers_uid_without_network(cpu_image, tmp_path):
 
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_runner_returns_the_commands_exit_status(cpu_image, tmp_path):
-    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    digest = load_lock(cpu_image).images["cpu"]["image_id"]
     argv = [sys.executable, "-m", "reasonrl.containers.runner", "--image", digest]
     result = subprocess.run([*argv, "--workdir", str(tmp_path), "--", "/bin/sh", "-c", "exit 3"])
     assert result.returncode == 3
@@ -269,7 +407,7 @@ def test_docker_run_gives_the_native_runs_results(docker_run, test_run):
 @pytest.mark.workflow
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_every_rule_ran_in_the_pinned_image_and_says_so(docker_run, cpu_image, test_run):
-    digest = load_lock(cpu_image).images["cpu"]["digest"]
+    digest = load_lock(cpu_image).images["cpu"]["image_id"]
     manifests = sorted((docker_run / "results").rglob("manifest.json"))
     local = sorted((test_run / "results").rglob("manifest.json"))  # every job that writes one
     assert [p.relative_to(docker_run) for p in manifests] == [
@@ -282,6 +420,120 @@ def test_every_rule_ran_in_the_pinned_image_and_says_so(docker_run, cpu_image, t
         assert container["digest"] == digest and manifest["container_image"] == digest
         assert manifest["packages"]["torch"] == "2.13.0+cpu"
         assert manifest["command"][0] == "/opt/venv/bin/reasonrl"  # the image's, not the venv's
+
+
+# --- publishing to a real local registry -------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def local_registry(tmp_path_factory):
+    """Debian's docker-registry on 127.0.0.1 (a free port), stopped after the session."""
+    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
+        pytest.skip("docker-registry or skopeo missing: `make test-deps` installs them (as root)")
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry")).start()
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture(scope="session")
+def published_cpu_image(cpu_image, local_registry, tmp_path_factory) -> Path:
+    """The CPU image of the session, taken (not rebuilt) and pushed by `containers publish`;
+    returns the lock it pinned it in."""
+    lock = tmp_path_factory.mktemp("published") / "images.lock.yaml"
+    shutil.copy(cpu_image, lock)
+    command = [str(VENV_BIN / "reasonrl"), "containers", "publish", "--local-base"]
+    registry = f"{local_registry.host}/reasonrl"
+    started = time.monotonic()
+    result = subprocess.run(
+        [*command, "--registry", registry, "--lock", str(lock)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "building" not in result.stderr  # the session's image, taken as it is
+    print(f"containers publish: {time.monotonic() - started:.0f} s; {result.stdout.strip()}")
+    return lock
+
+
+@pytest.fixture(scope="session")
+def pulled_cpu_image(published_cpu_image) -> StageImage:
+    """The published image removed here (every tag) and pulled back by the lock's digest."""
+    import docker
+
+    image = load_lock(published_cpu_image).stage_image("cpu")
+    client = docker.from_env()
+    client.images.remove(image.image_id, force=True)
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get(image.image_id)
+    started = time.monotonic()
+    pulled = client.images.pull(image.pinned)
+    print(f"pull by digest: {time.monotonic() - started:.0f} s")
+    assert pulled.id == image.image_id  # the same image config, so the same image id
+    assert image.pinned in pulled.attrs["RepoDigests"]
+    return image
+
+
+def test_publish_of_a_gpu_image_not_built_here_says_how_to_build_it():
+    import docker
+
+    class NoImages:
+        def get(self, ref):
+            raise docker.errors.ImageNotFound(ref)
+
+    client = type("Client", (), {"images": NoImages()})()
+    with pytest.raises(ReasonRLError, match=r"no local image reasonrl-gpu:0\.1\.0.*docker build"):
+        publish_image(client, "gpu", load_lock(LOCK), "127.0.0.1:5000/reasonrl")
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_publish_to_an_unreachable_registry_is_one_line_and_keeps_the_lock(cpu_image, tmp_path):
+    lock = tmp_path / "images.lock.yaml"
+    shutil.copy(cpu_image, lock)
+    port = _free_port()  # nothing listens there
+    command = [str(VENV_BIN / "reasonrl"), "containers", "publish", "--local-base"]
+    command += ["--registry", f"127.0.0.1:{port}/reasonrl", "--lock", str(lock)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 2
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith(
+        f"reasonrl: error: pushing 127.0.0.1:{port}/reasonrl/reasonrl-cpu:0.1.0"
+    )
+    assert lock.read_text() == cpu_image.read_text()
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_publish_pins_the_registrys_manifest_digest(published_cpu_image, local_registry):
+    lock = load_lock(published_cpu_image)
+    image = lock.stage_image("cpu")
+    assert image.ref == f"{local_registry.host}/reasonrl/reasonrl-cpu:0.1.0"
+    assert image.uri == f"docker://{local_registry.host}/reasonrl/reasonrl-cpu@{image.digest}"
+    assert image.digest != image.image_id  # a manifest digest, not the image id
+    assert lock.images["gpu"] == load_lock(LOCK).images["gpu"]  # only --image was published
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_skopeo_reads_the_same_manifest_digest_from_the_registry(pulled_cpu_image):
+    reference = f"docker://{pulled_cpu_image.pinned}"
+    inspect = ["skopeo", "inspect", "--tls-verify=false"]
+    info = json.loads(subprocess.run([*inspect, reference], capture_output=True, check=True).stdout)
+    assert info["Digest"] == pulled_cpu_image.digest
+    raw = subprocess.run([*inspect, "--raw", reference], capture_output=True, check=True).stdout
+    assert f"sha256:{hashlib.sha256(raw).hexdigest()}" == pulled_cpu_image.digest
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_a_rule_runs_in_the_image_pulled_by_digest(
+    pulled_cpu_image, published_cpu_image, snakemake, tmp_path
+):
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    containers = json.dumps({"engine": "docker", "lock": str(published_cpu_image)})
+    args = ["--cores", "1", "--configfile", "config/test.yaml", "--config"]
+    snakemake(*args, f"containers={containers}", "--until", "make_task_data", cwd=tmp_path)
+    manifests = sorted((tmp_path / "results/data").glob("*/manifest.json"))
+    assert manifests
+    for path in manifests:
+        container = json.loads(path.read_text())["container"]
+        assert container["runtime"] == "docker" and container["image"] == "cpu", path
+        assert container["ref"] == pulled_cpu_image.pinned
+        assert container["digest"] == pulled_cpu_image.digest
 
 
 @pytest.mark.skipif(
@@ -302,8 +554,8 @@ def test_apptainer_runs_a_stage_in_the_cpu_image(cpu_image, tmp_path):
     assert manifest["container"]["runtime"] == "apptainer"
 
 
-def test_apptainer_definition_takes_the_locked_cpu_image():
-    cpu = load_lock(LOCK).images["cpu"]
+def test_apptainer_definition_takes_the_published_image_as_a_build_argument():
     definition = (REPO / "containers/reasonrl.def").read_text()
     assert re.search(r"^Bootstrap: docker$", definition, flags=re.M)
-    assert f"\nFrom: {cpu['ref']}@{cpu['digest']}\n" in definition
+    assert re.search(r"^From: \{\{ IMAGE \}\}$", definition, flags=re.M)
+    assert "--build-arg IMAGE=HOST/NAME/reasonrl-cpu@sha256:" in definition

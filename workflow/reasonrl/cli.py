@@ -11,6 +11,7 @@ from pathlib import Path
 
 from reasonrl.config import load_config
 from reasonrl.containers.build import add_parser as add_containers_parser
+from reasonrl.containers.publish import add_parser as add_publish_parser
 from reasonrl.errors import ReasonRLError, exit_with
 from reasonrl.interrupts import one_line_on_interrupt
 
@@ -328,7 +329,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--row", action="append", required=True, help="LABEL=POLICY:METRICS")
     p.add_argument("--best", nargs="*")
     p.add_argument("--out-dir", required=True)
-    add_containers_parser(sub)
+    add_publish_parser(add_containers_parser(sub))
     _reward_model_stages(stage)
     _online_stages(stage)
     _ppo_stages(stage)

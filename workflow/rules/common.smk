@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from reasonrl.config import BUILT_BASES, sft_policies
 from reasonrl.containers.lock import load_lock
@@ -289,7 +290,7 @@ def table_row_args(wildcards, input):
 
 # --- Containers ---------------------------------------------------------------------------
 # The `container` directive of each rule calls rule_container(NAME) for its pinned image
-# (ref@digest) in the image lock (containers/images.lock.yaml). Apptainer runs it under
+# (repository@digest) in the image lock (containers/images.lock.yaml). Apptainer runs it under
 # --software-deployment-method apptainer (profiles/slurm); containers.engine docker runs it
 # through the Docker API (workflow/rules/docker.smk). Each new rule also gets an entry
 # under `stages` in the lock.
@@ -308,9 +309,22 @@ def rule_image(rule_name):
         exit_with(err)
 
 
+USES_APPTAINER = (
+    DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
+)
+
+
 def rule_container(rule_name):
-    """`container:` of a rule: docker://ref@digest of its image in the lock."""
-    return rule_image(rule_name).uri
+    """`container:` of a rule: docker://repository@digest of its published image.
+
+    An image not published yet is an error only where Apptainer would pull it."""
+    image = rule_image(rule_name)
+    if not image.digest and not USES_APPTAINER:
+        return None
+    try:
+        return image.uri
+    except ReasonRLError as err:
+        sys.exit(f"reasonrl: error: {err}")
 
 
 def config_uses_hub():
@@ -333,7 +347,8 @@ def docker_shell(rule):
     gpus = 0 if gpu.is_evaluable() else int(gpu.value or 0)
     network = image.network and config_uses_hub()
     # Positional: a line starting with `workdir` would be read as Snakemake's directive.
-    spec = ContainerSpec(image.pinned, image.digest, str(Path.cwd()), network, gpus)
+    digest = image.digest or image.image_id
+    spec = ContainerSpec(image.pinned, digest, str(Path.cwd()), network, gpus)
     return str(write_rule_shell(Path(".snakemake/reasonrl-docker") / rule.name, spec))
 
 

@@ -33,6 +33,7 @@ CONTEXT_FILES = (
     "envs/lock-cpu.txt",
     "envs/requirements-nodeps.txt",
     "envs/requirements-gpu.txt",
+    "envs/lock-gpu.txt",
     "pyproject.toml",
     "README.md",
 )
@@ -263,25 +264,28 @@ def _source_commit() -> str:
 
 
 def build_command(args) -> None:
-    """CLI: build the images named by --image and write their digests into --lock."""
+    """CLI: build the images named by --image; --write-lock writes a lock with their ids."""
     lock = load_lock(args.lock)
     for name in args.image:
         image_id = build_image(name, lock, args.local_base, args.mirror)
-        lock = lock.with_digest(name, image_id)
-        print(f"{name}: {lock.images[name]['ref']}@{image_id}")
+        lock = lock.with_image(name, image_id=image_id)
+        print(f"{name}: {lock.images[name]['ref']} {image_id}")
     if args.write_lock:
         lock.write(args.write_lock)
 
 
-def add_parser(sub) -> None:
-    """`reasonrl containers build ...` (sub: the CLI's sub-parsers)."""
+def add_parser(sub):
+    """`reasonrl containers build ...` (sub: the CLI's sub-parsers); returns the parsers of
+    `containers`' own sub-commands."""
     containers = sub.add_parser("containers", help="build the rules' container images")
     commands = containers.add_subparsers(dest="containers_command", required=True)
     build = commands.add_parser("build", help="build images with the Docker API")
     build.add_argument("--image", action="append", default=None, help="image of the lock (cpu)")
     build.add_argument("--lock", default=str(REPO_ROOT / "containers/images.lock.yaml"))
     build.add_argument(
-        "--write-lock", help="write the lock with the built digests to this file (may be --lock)"
+        "--write-lock",
+        help="write the lock with the built image ids (image_id: the Docker path on this "
+        "machine) to this file",
     )
     build.add_argument(
         "--local-base",
@@ -290,6 +294,7 @@ def add_parser(sub) -> None:
     )
     build.add_argument("--mirror", help="Debian mirror for --local-base (default: the host's)")
     build.set_defaults(func=lambda args, config: build_command(_default_images(args)))
+    return commands
 
 
 def _default_images(args):

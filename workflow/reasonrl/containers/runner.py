@@ -39,7 +39,7 @@ ROOT_SANDBOX_CAPABILITIES = ["SYS_ADMIN", "NET_ADMIN"]
 class ContainerSpec:
     """How one rule's command runs: image, mounts, user, network and GPUs."""
 
-    image: str  # ref@digest, ref:tag or a local image id
+    image: str  # repository@digest (published), or repository:tag of a local build
     digest: str | None  # recorded in the manifest of what the rule writes
     workdir: str
     network: bool = False
@@ -83,7 +83,8 @@ def host_config(client, spec: ContainerSpec) -> dict:
 
 
 def local_image(client, spec: ContainerSpec) -> str:
-    """The image id to run: the digest if this daemon built it, else pulled by ref@digest."""
+    """The image id to run: the local one if this daemon has it (by image id, by
+    repository@digest or by tag), else pulled by repository@digest."""
     import docker
 
     for name in filter(None, (spec.digest, spec.image)):
