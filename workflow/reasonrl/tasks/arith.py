@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -225,6 +226,27 @@ def run_program(program: str) -> str:
     with contextlib.redirect_stdout(buffer):
         exec(program, {})  # noqa: S102 - the program is generated here, never model-written
     return buffer.getvalue().rstrip("\n")  # as the sandbox shows it
+
+
+_INTEGER = re.compile(r"\b\d+\b")
+
+
+def code_constants(code: str) -> list[int]:
+    """The integer literals of `code` in order, comments left out (they restate the question)."""
+    return [int(n) for line in code.splitlines() for n in _INTEGER.findall(line.split("#")[0])]
+
+
+def copy_accuracy(gold_program: str, code: str) -> float:
+    """Share of the gold program's constants that `code` writes at the same position.
+
+    The constants are the question's numbers copied into code; comparing position by
+    position counts a dropped digit (77 written as 7) or a missing line as a miss.
+    """
+    gold = code_constants(gold_program)
+    if not gold:
+        raise ValueError("the gold program has no integer constants to copy")
+    written = code_constants(code)
+    return sum(g == w for g, w in zip(gold, written, strict=False)) / len(gold)
 
 
 def _step(rng: random.Random, total: int, top: int) -> Step:
