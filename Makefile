@@ -108,7 +108,7 @@ slurm-profile:
 # The SLURM and container tests start a SLURM cluster (slurm-wlm, munge), a Docker daemon and
 # a local image registry (docker-registry; skopeo reads it back), and build an image from a
 # debootstrap base: install what is missing when we are root.
-TEST_DEBS := slurm-wlm munge docker.io debootstrap docker-registry skopeo
+TEST_DEBS := slurm-wlm munge docker.io debootstrap docker-registry skopeo chromium chromium-driver
 test-deps:
 	@missing=$$(for p in $(TEST_DEBS); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \

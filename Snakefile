@@ -44,6 +44,7 @@ rule all:
     default_target: True
     input:
         rules.report.output,
+        rules.report_pages.output,
         rules.preference_table.output if config["preference"]["variants"] else [],
         reward_model_targets(),
         rules.online_dpo_table.output if config["online_dpo"]["variants"] else [],

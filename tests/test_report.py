@@ -9,6 +9,7 @@ import pytest
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.stages.report import report as write_report
+from reasonrl.stages.report import report_pages
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -132,3 +133,55 @@ def test_write_report_names_the_training_file_without_history(tmp_path, evaluati
     bad.write_text(json.dumps({"name": "sft-tool"}))
     with pytest.raises(ReasonRLError, match=r"train.json: missing key 'history'"):
         write_report(evaluations, str(tmp_path / "report"), train_metrics_paths=[str(bad)])
+
+
+def _write_csv(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return str(path)
+
+
+def _preference_rows():
+    rows = [{"method": "SFT", "policy": "sft-tool", "pass@1": 0.5, "ci_low": 0.4,
+             "ci_high": 0.6, "n_problems": 50, "selected": False}]  # fmt: skip
+    for method in ("mdpo", "mkto"):
+        for r in (1, 2):
+            rows.append(
+                {"method": f"{method} round {r}", "policy": f"{method}-round{r}",
+                 "pass@1": 0.5 + 0.05 * r, "ci_low": 0.4 + 0.05 * r, "ci_high": 0.6 + 0.05 * r,
+                 "n_problems": 50, "selected": r == 2}
+            )  # fmt: skip
+    return rows
+
+
+def _best_of_n_rows():
+    return [
+        {"task": "arith", "N": n, "method": method, "accuracy": 0.5 + 0.02 * n * (i + 1),
+         "ci_low": 0.4, "ci_high": 0.9}
+        for n in (1, 2, 4)
+        for i, method in enumerate(("prm", "orm", "majority"))
+    ]  # fmt: skip
+
+
+def test_report_pages_writes_a_page_per_table_and_the_curves(tmp_path):
+    preference = _write_csv(tmp_path / "preference.csv", _preference_rows())
+    best_of_n = _write_csv(tmp_path / "best_of_n.csv", _best_of_n_rows())
+    out = tmp_path / "pages"
+    tables = {"preference": preference, "best_of_n": best_of_n}
+    report_pages(tables, str(out), best_of_n, preference)
+    page = (out / "tables" / "preference.html").read_text()
+    assert page.count("<tr") == 1 + len(_preference_rows())  # header + one row each
+    assert "mkto-round2" in page and "<th>ci_high</th>" in page
+    pages = sorted(p.name for p in (out / "tables").iterdir())
+    assert pages == ["best_of_n.html", "preference.html"]
+    for name in ("best_of_n.png", "rounds.png"):
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_report_pages_names_an_unreadable_table(tmp_path):
+    missing = tmp_path / "no-such.csv"
+    with pytest.raises(ReasonRLError, match=r"no-such\.csv: unreadable table"):
+        report_pages({"summary": str(missing)}, str(tmp_path / "pages"))

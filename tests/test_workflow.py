@@ -261,10 +261,10 @@ def test_run_writes_a_log_and_benchmark_per_job(test_run):
         for p in test_run.rglob("benchmarks/**/*.tsv")
     }
     assert logs == benchmarks
-    # 2 data, base, 2 sft, 4 evaluations, report; one M-DPO round: prompts, samples, labels,
-    # reference, training, 2 selection evaluations, best round, table; RM samples, PRM
-    # annotation, 3 reward models, best-of-N, HGS-PRM, reward tables
-    assert len(logs) == 27
+    # 2 data, base, 2 sft, 4 evaluations, report, report pages; one M-DPO round: prompts,
+    # samples, labels, reference, training, 2 selection evaluations, best round, table; RM
+    # samples, PRM annotation, 3 reward models, best-of-N, HGS-PRM, reward tables
+    assert len(logs) == 28
 
 
 @pytest.mark.workflow
@@ -280,7 +280,9 @@ def test_config_change_reruns_only_the_stages_that_read_it(snakemake, test_run):
     config["evaluation"]["temperature"] = 0.7
     (test_run / "config/changed.yaml").write_text(yaml.safe_dump(config))
     result = snakemake("-n", "--configfile", "config/changed.yaml", cwd=test_run)
-    assert rule_counts(result) == {"evaluate": 4, "report": 1, "preference_table": 1, "all": 1}
+    assert rule_counts(result) == {
+        "evaluate": 4, "report": 1, "preference_table": 1, "report_pages": 1, "all": 1
+    }  # fmt: skip
 
 
 def test_preference_learning_rate_change_keeps_prompts_and_first_round_samples(snakemake, test_run):

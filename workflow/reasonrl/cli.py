@@ -70,6 +70,13 @@ def report(args: argparse.Namespace, config: dict) -> None:
     run(args.metrics, args.out_dir, args.train_metrics or [], config["comparisons"], arms, best)
 
 
+def report_pages(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.stages.report import report_pages as run
+
+    tables = dict(_name_value(item, "--table") for item in args.table or [])
+    run(tables, args.out_dir, args.best_of_n, args.preference)
+
+
 def augment_prompts(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.preference import augment_prompts as run
 
@@ -296,6 +303,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-metrics", nargs="*")
     p.add_argument("--arm", action="append", help="POLICY=TRAJECTORIES of a comparison arm")
     p.add_argument("--best", action="append", help="METHOD=BEST_JSON (select-best's pick)")
+    p.add_argument("--out-dir", required=True)
+    p = stage("report-pages", report_pages, "result tables as HTML, best-of-N and round curves")
+    p.add_argument("--table", action="append", help="NAME=CSV of a result table (repeatable)")
+    p.add_argument("--best-of-n", help="the reward tables' best_of_n.csv")
+    p.add_argument("--preference", help="the preference table's table.csv")
     p.add_argument("--out-dir", required=True)
     p = stage("augment-prompts", augment_prompts, "rephrased/backward prompts, dedup, decontam")
     p.add_argument("--task", required=True)

@@ -555,3 +555,55 @@ def comparison_outputs():
         category="Comparisons",
     )
     return files
+
+
+# --- Report pages (report.smk) ----------------------------------------------------------------
+
+
+def report_tables():
+    """NAME -> CSV of every result table this config makes, shown as an HTML page each."""
+    tables = {"summary": "results/report/summary.csv"}
+    if COMPARISONS:
+        tables["comparisons"] = "results/report/comparisons.csv"
+    if config["preference"]["variants"]:
+        tables["preference"] = "results/report/preference/table.csv"
+    if rm_tasks():
+        for name in ("best_of_n", "hgs", "prm_precision_recall"):
+            tables[name] = f"results/report/reward_models/{name}.csv"
+    if online_names():
+        tables["online_dpo"] = "results/report/online_dpo/table.csv"
+    if ppo_variants():
+        tables["ppo"] = "results/report/ppo/table.csv"
+        tables["ppo_r2"] = "results/ppo/r2/r2.csv"
+    return tables
+
+
+def report_curve_inputs():
+    """The tables the report's curves are drawn from: best-of-N, preference rounds."""
+    tables = report_tables()
+    return {key: tables[key] for key in ("best_of_n", "preference") if key in tables}
+
+
+def report_curve_outputs():
+    """best_of_n.png and rounds.png, for the methods this config runs."""
+    captions = {"best_of_n": "best_of_n", "preference": "rounds"}
+    return {
+        key: report(
+            f"results/report/pages/{name}.png",
+            caption=f"../report/{name}.rst",
+            category="Curves",
+        )
+        for key, name in captions.items()
+        if key in report_curve_inputs()
+    }
+
+
+def report_pages_args(wildcards, input):
+    tables = repeated_flag(
+        "--table", [f"{name}={path}" for name, path in report_tables().items()]
+    )
+    curves = " ".join(
+        f"--{key.replace('_', '-')} {shlex.quote(path)}"
+        for key, path in report_curve_inputs().items()
+    )
+    return f"{tables} {curves}"

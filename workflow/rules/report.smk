@@ -48,3 +48,30 @@ rule report:
         "reasonrl report --config-json {params.config} --metrics {input.metrics:q}"
         " --train-metrics {params.train_metrics} {params.comparisons}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# Every result table as an HTML page and the best-of-N and round curves, for `snakemake --report`.
+rule report_pages:
+    input:
+        tables=list(report_tables().values()),
+    output:
+        **report_curve_outputs(),
+        tables=report(
+            directory("results/report/pages/tables"),
+            patterns=["{name}.html"],
+            caption="../report/tables.rst",
+            category="Tables",
+        ),
+    log:
+        "logs/report/pages.log",
+    benchmark:
+        "benchmarks/report/pages.tsv"
+    conda:
+        CONDA_ENV
+    container:
+        rule_container("report_pages")
+    params:
+        args=report_pages_args,
+        out_dir=subpath(output.tables, parent=True),
+    shell:
+        "reasonrl report-pages {params.args} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import numpy as np
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -276,3 +278,101 @@ def _index(table: str, pictures: list[str]) -> str:
     lines.append("")
     lines += [f"![{os.path.splitext(name)[0]}]({name})\n" for name in pictures]
     return "\n".join(lines)
+
+
+# ---- report_pages: every result table as an HTML page, the curves of best-of-N and rounds ----
+
+ROUND_POLICY = re.compile(r"^(?P<method>.+)-round(?P<round>\d+)$")
+
+
+def report_pages(
+    tables: dict[str, str],
+    out_dir: str,
+    best_of_n: str | None = None,
+    preference: str | None = None,
+) -> None:
+    """tables/NAME.html for each result table (NAME -> its CSV), so `snakemake --report` shows
+    them as tables; best_of_n.png (accuracy against N per reranker and task) from the reward
+    tables' best_of_n.csv; rounds.png (held-out pass@1 per round and method) from the
+    preference table."""
+    out = Path(out_dir)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    for name, path in tables.items():
+        write_text(out / "tables" / f"{name}.html", _html_page(name, _read_csv(path)))
+    if best_of_n:
+        _save(_best_of_n_figure(_read_csv(best_of_n)), out / "best_of_n.png")
+    if preference:
+        _save(_rounds_figure(_read_csv(preference)), out / "rounds.png")
+
+
+def _read_csv(path: str) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise ReasonRLError(f"{path}: unreadable table: {str(err).splitlines()[0]}") from None
+
+
+PAGE_STYLE = (
+    "body{font-family:sans-serif;margin:1.5em}"
+    "table{border-collapse:collapse;font-size:14px}"
+    "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+    "th{background:#f3f3f3}"
+)
+
+
+def _html_page(name: str, table: pd.DataFrame) -> str:
+    body = table.to_html(index=False, na_rep="–", float_format=lambda v: f"{v:.4g}", border=0)
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{name}</title>'
+        f"<style>{PAGE_STYLE}</style></head>\n<body><h1>{name}</h1>\n{body}\n</body></html>\n"
+    )
+
+
+def _best_of_n_figure(rows: pd.DataFrame) -> Figure:
+    tasks = list(dict.fromkeys(rows["task"]))
+    fig = Figure(figsize=(5 * len(tasks), 4), layout="constrained")
+    for ax, task in zip(fig.subplots(1, len(tasks), squeeze=False)[0], tasks, strict=True):
+        for i, (method, curve) in enumerate(rows[rows["task"] == task].groupby("method")):
+            curve = curve.sort_values("N")
+            ax.plot(curve["N"], curve["accuracy"], "o-", color=f"C{i}", label=method)
+            if curve["ci_low"].notna().all():
+                ax.fill_between(
+                    curve["N"], curve["ci_low"], curve["ci_high"], color=f"C{i}", alpha=0.15
+                )
+        ax.set_xscale("log", base=2)
+        ns = sorted(rows.loc[rows["task"] == task, "N"].unique())
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_ylim(0, 1.05)
+        ax.set(xlabel="N (samples reranked)", ylabel="accuracy", title=f"{task}: best-of-N")
+        ax.legend(fontsize="small")
+    return fig
+
+
+def _rounds_figure(rows: pd.DataFrame) -> Figure:
+    """pass@1 against round, one line per method, each starting at the SFT row (round 0)."""
+    start = rows.iloc[0]
+    curves: dict[str, list[tuple[int, Any]]] = {}
+    for _, row in rows.iloc[1:].iterrows():
+        match = ROUND_POLICY.match(str(row["policy"]))
+        if match:
+            curves.setdefault(match["method"], [(0, start)]).append((int(match["round"]), row))
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for i, (method, points) in enumerate(curves.items()):
+        # methods side by side at each round, so equal values stay visible
+        xs = np.array([r for r, _ in points]) + 0.06 * (i - (len(curves) - 1) / 2)
+        ys = np.array([p["pass@1"] for _, p in points])
+        errors = [ys - [p["ci_low"] for _, p in points], [p["ci_high"] for _, p in points] - ys]
+        ax.errorbar(xs, ys, yerr=np.clip(errors, 0, None), fmt="o-", capsize=4, label=method)
+        picked = [j for j, (_, p) in enumerate(points) if j and bool(p["selected"])]
+        ax.plot(xs[picked], ys[picked], "*", color=f"C{i}", markersize=14)
+    ax.axhline(start["pass@1"], color="grey", linewidth=1, linestyle=":")
+    ax.set_xticks(sorted({r for points in curves.values() for r, _ in points}))
+    ax.set_ylim(0, 1.05)
+    ax.set(
+        xlabel="round (0: SFT start)",
+        ylabel="held-out greedy pass@1 (95% CI)",
+        title="Preference rounds (star: the round selection picked)",
+    )
+    ax.legend(fontsize="small")
+    return fig
