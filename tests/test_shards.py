@@ -58,7 +58,9 @@ def test_a_shard_is_returned_as_read_back_from_disk(tmp_path):
     assert json.loads((store.folder / "one.json").read_text()) == made
 
 
-def test_clear_removes_the_folder(tmp_path):
+def test_clear_removes_the_folder_and_a_store_without_shards_leaves_nothing(tmp_path):
+    ShardStore(tmp_path / "out", "stamp")
+    assert os.listdir(tmp_path) == []  # a stage that fails before its first shard
     store = ShardStore(tmp_path / "out", "stamp")
     store.map("p", [1], 1, counting([]))
     assert store.folder == tmp_path / ".out.shards" and store.folder.is_dir()

@@ -60,14 +60,14 @@ class ShardStore:
         self._open()
 
     def _open(self) -> None:
-        stamp_file = self.folder / "fingerprint"
-        if self.folder.exists():
-            found = stamp_file.read_text() if stamp_file.is_file() else None
-            if found != self.stamp:
-                log.warning("shards in %s are from other settings; starting afresh", self.folder)
-                shutil.rmtree(self.folder)
         if not self.folder.exists():
-            write_text(stamp_file, self.stamp)
+            return  # made with the first shard: a stage that fails before leaves nothing
+        stamp_file = self.folder / "fingerprint"
+        found = stamp_file.read_text() if stamp_file.is_file() else None
+        if found != self.stamp:
+            log.warning("shards in %s are from other settings; starting afresh", self.folder)
+            shutil.rmtree(self.folder)
+            return
         for tmp in self.folder.glob(".*.tmp"):  # a write a kill interrupted
             tmp.unlink()
 
@@ -82,6 +82,8 @@ class ShardStore:
             self.reused += 1
             return json.loads(path.read_text(encoding="utf-8"))
         text = json.dumps(make(), ensure_ascii=False, sort_keys=True)
+        if not (self.folder / "fingerprint").is_file():
+            write_text(self.folder / "fingerprint", self.stamp)
         write_text(path, text)
         self.made += 1
         return json.loads(text)
