@@ -21,10 +21,10 @@ KILLS_PER_STAGE = 3
 
 def small_config() -> dict:
     """config/test.yaml's sections the generation stages read, at a size where each stage
-    has four shards of two problems (so three kill points) and runs in seconds."""
+    has eight one-problem shards (seven places to kill it) and runs in seconds."""
     config = yaml.safe_load((REPO / "config/test.yaml").read_text())
     config["tasks"] = {"arith": {**config["tasks"]["arith"], "train_size": 40, "test_size": 8}}
-    config["generation"] = {**config["generation"], "shard_size": 2}
+    config["generation"] = {**config["generation"], "shard_size": 1}
     config["rollout"] = {"max_turns": 2, "max_turn_tokens": 16, "max_total_tokens": 32}
     config["evaluation"] = {**config["evaluation"], "tasks": ["arith"]}
     rm = config["reward_models"]
@@ -145,7 +145,7 @@ def kill_after_shards(runner: Runner, args: list[str], shards: Path, count: int)
 # In DAG order: annotate-prm reads sample-rm-data's samples, the PRM is trained on its rows,
 # hgs-search reads best-of-n's output.
 STAGES = ["evaluate", "sample-round", "sample-rm-data", "annotate-prm", "best-of-n", "hgs-search"]
-SHARDS = {"sample-round": 8}  # two samplers, four shards each; four for the other stages
+SHARDS = {"sample-round": 16}  # two samplers, eight shards each; eight for the other stages
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -159,7 +159,7 @@ def test_a_stage_killed_at_random_shards_resumes_to_identical_outputs(runner, ro
     whole, killed = root / stage / "whole", root / stage / "killed"
     runner.finish(*stage_args(root, stage, whole))
     shards = killed.parent / f".{killed.name}.shards"
-    n = SHARDS.get(stage, 4)
+    n = SHARDS.get(stage, 8)
     points = sorted(random.Random(f"{stage}-kills").sample(range(1, n), KILLS_PER_STAGE))
     for count in points:
         kill_after_shards(runner, stage_args(root, stage, killed), shards, count)
