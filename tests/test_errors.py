@@ -31,8 +31,9 @@ pytestmark = pytest.mark.timeout(300)
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "errors.md"
-# Reported before torch is imported / after it (a stage that loads a model imports torch and
-# transformers first: seconds on two shared cores) / by Snakemake (which starts in ~2 s).
+# Reported before torch is imported (model folders and hub ids are checked first) / after it
+# (weights that only loading finds wrong: torch and transformers take seconds on two cores) /
+# by Snakemake (which starts in ~2 s).
 QUICK_S, MODEL_S, SNAKEMAKE_S = 2.0, 15.0, 15.0
 PREVIOUS = "written by an earlier run\n"
 CONFIG = {"seed": 0, "tasks": {"pycode": {"kind": "pycode", "train_size": 4, "test_size": 2}}}
@@ -82,15 +83,15 @@ CASES = [
     Case("config names a missing model folder", "policy.base: a folder that does not exist",
          status=2, **_stage(_make_data("{tmp}/missing-base.yaml"), "train.jsonl")),
     Case("--model: missing local folder", "a path that does not exist", status=2,
-         **_stage(_evaluate("{tmp}/no-such-model"), "metrics.json", MODEL_S)),
+         **_stage(_evaluate("{tmp}/no-such-model"), "metrics.json", QUICK_S)),
     Case("--model: hub id, hub unreachable", "org/name, HF_ENDPOINT refusing connections",
          status=2, env={"HF_ENDPOINT": "http://127.0.0.1:9"},
-         **_stage(_evaluate("someorg/some-model"), "metrics.json", MODEL_S)),
+         **_stage(_evaluate("someorg/some-model"), "metrics.json", QUICK_S)),
     Case("--model: hub id, offline, not cached", "org/name with HF_HUB_OFFLINE=1", status=2,
          env={"HF_HUB_OFFLINE": "1"},
-         **_stage(_evaluate("someorg/some-model"), "metrics.json", MODEL_S)),
+         **_stage(_evaluate("someorg/some-model"), "metrics.json", QUICK_S)),
     Case("truncated weights", "model.safetensors cut in half", status=2,
-         **_stage(_evaluate("{tmp}/truncated-model"), "metrics.json", MODEL_S)),
+         **_stage(_evaluate("{tmp}/truncated-model"), "metrics.json", QUICK_S)),
     Case("wrong-shape weights", "config.json says hidden_size 64, weights are 32", status=2,
          **_stage(_evaluate("{tmp}/wrong-shape-model"), "metrics.json", MODEL_S)),
     Case("malformed JSONL row", "line 2 of --problems cut short", status=2,
@@ -258,10 +259,12 @@ rewrites it). Each case: the message (the last line on stderr; `<tmp>` is the te
 the exit status, and the seconds it must finish within on two shared CPU cores.
 
 Every bad input to `reasonrl` prints exactly one line, exits with status 2 and leaves an
-earlier copy of the stage's output untouched (no temp file left beside it). Cases that load a
-model import torch and transformers first (a few seconds); the check itself is immediate (a
-hub id with the hub unreachable took 46 s of retries before the reachability check). Ctrl-C
-and SIGTERM end with one line and 130 / 143, sandboxes gone, nothing half-written.
+earlier copy of the stage's output untouched (no temp file left beside it). Model arguments
+are checked before torch is imported: a missing folder, broken weight headers, a hub id that
+is not cached while the hub is offline or unreachable (which once cost 46 s of retries). Only
+weights whose shapes disagree with config.json are found by loading the model, after torch
+and transformers are imported (seconds). Ctrl-C and SIGTERM end with one line and 130 / 143,
+sandboxes gone, nothing half-written.
 
 | case | given | message | exit status | seconds |
 | --- | --- | --- | --- | --- |

@@ -13,6 +13,7 @@ from reasonrl.config import load_config
 from reasonrl.containers.build import add_parser as add_containers_parser
 from reasonrl.containers.publish import add_parser as add_publish_parser
 from reasonrl.errors import ReasonRLError, exit_with
+from reasonrl.hub import check_model_value
 from reasonrl.interrupts import one_line_on_interrupt
 
 log = logging.getLogger("reasonrl")
@@ -423,6 +424,14 @@ def _quiet_libraries() -> None:
     logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
+def _check_models(args: argparse.Namespace) -> None:
+    """A model argument that cannot load is refused before torch is imported."""
+    for name in ("model", "reward_model"):
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            check_model_value(value)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -432,6 +441,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             # Sub-commands that are not stages (containers ...) take no experiment config.
             config = load_config(args.config, args.config_json) if "config" in args else {}
+            _check_models(args)
             _quiet_libraries()  # after the config: a bad one is reported without the import
             args.func(args, config)
         except ReasonRLError as err:

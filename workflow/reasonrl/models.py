@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -23,7 +23,7 @@ from transformers import (
 
 from reasonrl.chat import CHATML_TEMPLATE
 from reasonrl.errors import ReasonRLError
-from reasonrl.hub import hub_unreachable, names_local_path
+from reasonrl.hub import hub_error, hub_unreachable, names_local_path, unreadable_weights
 from reasonrl.io import follow_umask, replace_durably
 
 log = logging.getLogger(__name__)
@@ -151,13 +151,6 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _hub_error(name: str, reason: str) -> ReasonRLError:
-    return ReasonRLError(
-        f"model '{name}' is neither a local folder nor loadable from the Hugging Face hub "
-        f"({reason}): download it and set policy.base to its local folder"
-    )
-
-
 def _hub_unreachable_for(name: str) -> str | None:
     """Why `name` will be read from the local HF cache only (None: as from_pretrained reads
     it). A local path that does not exist is refused at once; a hub id is read from the cache
@@ -167,17 +160,6 @@ def _hub_unreachable_for(name: str) -> str | None:
     if names_local_path(name):
         raise ReasonRLError(f"{name}: model folder not found")
     return hub_unreachable()
-
-
-def _unreadable_weights(folder: Path) -> tuple[Path, str] | None:
-    """The first safetensors file of `folder` whose header is broken (truncated, not one)."""
-    for file in sorted(folder.glob("*.safetensors")):
-        try:
-            with safe_open(file, framework="pt"):
-                pass
-        except (SafetensorError, OSError) as err:
-            return file, str(err).splitlines()[0]
-    return None
 
 
 def from_pretrained(loader, name_or_path: str | Path, **kwargs):
@@ -192,8 +174,8 @@ def from_pretrained(loader, name_or_path: str | Path, **kwargs):
     except (OSError, ValueError, RuntimeError, SafetensorError) as err:
         folder = Path(name)
         if not folder.is_dir():
-            raise _hub_error(name, unreachable or "not on the hub, or offline?") from None
-        broken = _unreadable_weights(folder)
+            raise hub_error(name, unreachable or "not on the hub, or offline?") from None
+        broken = unreadable_weights(folder)
         if broken is not None:
             raise ReasonRLError(f"{broken[0]}: unreadable weights: {broken[1]}") from None
         if "mismatch" in str(err):
