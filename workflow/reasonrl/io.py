@@ -41,11 +41,39 @@ def follow_umask(path: str | os.PathLike) -> None:
             os.chmod(entry, (0o777 if entry.is_dir() else 0o666) & ~mask)
 
 
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file or folder entry to disk: a rename is durable only once both the renamed
+    data and the folder holding the new name have reached the disk (else a power cut can leave
+    a finished-looking name with empty contents)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: str | os.PathLike) -> None:
+    """fsync every file and folder under `path` (itself included), before it is renamed."""
+    path = Path(path)
+    for entry in [*path.rglob("*"), path] if path.is_dir() else [path]:
+        if not entry.is_symlink():
+            fsync_path(entry)
+
+
+def replace_durably(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Rename `source` (a finished file or folder) over `target`: its data is on disk before
+    the rename, and the rename is on disk before this returns."""
+    fsync_tree(source)
+    os.replace(source, target)
+    fsync_path(Path(target).parent)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` only on success.
 
-    A killed job therefore never leaves a file that looks finished. Only a regular file is
+    A killed job therefore never leaves a file that looks finished, and the data is fsynced
+    before the rename (the folder after it), so neither does a power cut. Only a regular file is
     ever replaced: renaming over a device or a folder (say /dev/null, as root) would destroy it.
     """
     path = Path(path)
@@ -58,7 +86,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     follow_umask(tmp_path)
     try:
         yield tmp_path
-        os.replace(tmp_path, path)
+        replace_durably(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()

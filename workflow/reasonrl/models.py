@@ -24,7 +24,7 @@ from transformers import (
 from reasonrl.chat import CHATML_TEMPLATE
 from reasonrl.errors import ReasonRLError
 from reasonrl.hub import hub_error, hub_unreachable, names_local_path, unreadable_weights
-from reasonrl.io import follow_umask
+from reasonrl.io import follow_umask, replace_durably
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def save_folder_atomically(out_dir: str | Path, save) -> None:
         follow_umask(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+        replace_durably(tmp, out_dir)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

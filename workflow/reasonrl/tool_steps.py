@@ -4,6 +4,8 @@ loop, and the PRM labels it."""
 
 from __future__ import annotations
 
+import copy
+
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.rewards.models import load_reward_model
@@ -18,19 +20,27 @@ class ToolStepModel:
     """HGS-PRM's model and PRM for tool-integrated trajectories: a step is one model turn
     (with the interpreter's output); an expansion samples one turn from the current path."""
 
-    def __init__(self, config: dict, engine, prm_folder: str, problems: list[dict]):
+    def __init__(self, config: dict, engine, prm_folder: str):
         section = config["reward_models"]
         if section["step_splitter"] != "turn":
             raise ReasonRLError(
                 "hgs needs reward_models.step_splitter: turn (a step = a model turn)"
             )
-        self.config, self.engine, self.problems = config, engine, problems
+        self.config, self.engine = config, engine
         self.section, self.seed = section, config["seed"]
         self.sandbox = Sandbox.from_config(config["sandbox"])
         self.limits = RolloutLimits.from_config(config["rollout"])
         self.prm, self.tokenizer, info = load_reward_model(prm_folder, config["policy"]["dtype"])
         self.labels = info["labels"]
-        self.generated = [0] * len(problems)
+        self.problems: list[dict] = []
+        self.generated: list[int] = []
+
+    def for_problems(self, problems: list[dict], seed: int) -> ToolStepModel:
+        """This model (engine and PRM shared) searching `problems` with its own `seed`: a
+        shard's search depends only on its problems and seed."""
+        model = copy.copy(self)
+        model.problems, model.seed, model.generated = problems, seed, [0] * len(problems)
+        return model
 
     def _prefix(self, index: int, path: list) -> list[dict]:
         if path:

@@ -5,6 +5,7 @@ samples made elsewhere)."""
 from __future__ import annotations
 
 import logging
+from functools import cache
 from pathlib import Path
 
 from reasonrl.code_eval import evaluate_samples
@@ -14,6 +15,7 @@ from reasonrl.manifest import Provenance
 from reasonrl.metrics import metrics_rows, summarize
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
+from reasonrl.shards import ShardStore, fingerprint, shard_seed
 from reasonrl.tasks.grading import normalize_answer
 
 log = logging.getLogger(__name__)
@@ -25,40 +27,54 @@ def evaluate(
     """Trajectories and metrics of `policy` (the model at `model`) on `task`'s problems."""
     provenance = Provenance("evaluate", config, [model, problems_path], config["seed"])
     problems = read_jsonl(problems_path, schema="problem")
-    trajectories, metrics = evaluate_policy(config, model, problems, style, policy)
-    metrics.update(policy=policy, task=task, style=style)
     out = Path(out_dir)
+    shards = ShardStore(
+        out, fingerprint("evaluate", config, provenance.hashes, style, task, policy)
+    )
+    trajectories, metrics = evaluate_policy(config, model, problems, style, policy, shards)
+    metrics.update(policy=policy, task=task, style=style)
     write_jsonl(out / "trajectories.jsonl", trajectories, schema="trajectory")
     write_json(out / "metrics.json", metrics)
     write_csv(out / "metrics.csv", metrics_rows(metrics))
     provenance.write(out, {"greedy_pass@1": metrics["greedy_pass@1"]})
+    shards.clear()
     log.info("%s on %s: greedy pass@1 %.3f", policy, task, metrics["greedy_pass@1"])
     return metrics
 
 
 def evaluate_policy(
-    config: dict, model: str, problems: list[dict], style: str, policy: str
+    config: dict, model: str, problems: list[dict], style: str, policy: str, shards: ShardStore
 ) -> tuple[list[dict], dict]:
-    """Greedy trajectories for pass@1 and sampled ones for pass@k / maj@k, and their metrics."""
+    """Greedy trajectories for pass@1 and sampled ones for pass@k / maj@k, and their metrics;
+    made shard by shard (`shards` keeps the finished ones)."""
     section = config["evaluation"]
     if section["max_problems"]:
         problems = problems[: section["max_problems"]]
     generation = config["generation"]
-    engine = make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
+    engine = cache(
+        lambda: make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
+    )
     sandbox = Sandbox.from_config(config["sandbox"])
     limits = RolloutLimits.from_config(config["rollout"])
     seed = config["seed"]
-    greedy = run_rollouts(
-        engine, problems, style, 1, SamplingParams(seed=seed), limits, sandbox, policy
-    )
-    sampled = []
-    if section["n_samples"]:
-        params = SamplingParams(
-            temperature=section["temperature"], top_p=section["top_p"], seed=seed + 1
-        )
-        sampled = run_rollouts(
-            engine, problems, style, section["n_samples"], params, limits, sandbox, policy
-        )
+
+    def shard(part: list[dict], index: int) -> dict[str, list]:
+        greedy_params = SamplingParams(seed=shard_seed(seed, index))
+        greedy = run_rollouts(engine(), part, style, 1, greedy_params, limits, sandbox, policy)
+        sampled = []
+        if section["n_samples"]:
+            params = SamplingParams(
+                temperature=section["temperature"],
+                top_p=section["top_p"],
+                seed=shard_seed(seed + 1, index),
+            )
+            sampled = run_rollouts(
+                engine(), part, style, section["n_samples"], params, limits, sandbox, policy
+            )
+        return {"greedy": greedy, "sampled": sampled}
+
+    made = shards.map("problems", problems, generation["shard_size"], shard)
+    greedy, sampled = made.get("greedy", []), made.get("sampled", [])
     metrics = summarize(greedy, sampled, section["k"], normalize=normalize_answer)
     return greedy + sampled, metrics
 

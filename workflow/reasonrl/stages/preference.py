@@ -7,6 +7,7 @@ Each reads and writes files only (explicit paths), so a rule is one call.
 from __future__ import annotations
 
 import logging
+from functools import cache
 from pathlib import Path
 
 from reasonrl.errors import ReasonRLError
@@ -130,6 +131,7 @@ def sample_round(
     from reasonrl.generation import SamplingParams, make_engine
     from reasonrl.rollout import RolloutLimits, run_rollouts
     from reasonrl.sandbox import Sandbox
+    from reasonrl.shards import ShardStore, fingerprint, shard_seed
 
     section = config["preference"]["sampling"]
     provenance = Provenance(
@@ -142,21 +144,32 @@ def sample_round(
     sandbox = Sandbox.from_config(config["sandbox"])
     limits = RolloutLimits.from_config(config["rollout"])
     generation = config["generation"]
+    stamp = fingerprint("sample-round", provenance.config, provenance.hashes, samplers, round_no)
+    shards = ShardStore(out_dir, stamp)
     rows: list[dict] = []
     offset = 0
     for k, (name, model, n) in enumerate(samplers):
         if n == 0:
             continue
-        engine = make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
-        params = SamplingParams(
-            temperature=section["temperature"],
-            top_p=section["top_p"],
-            seed=config["seed"] * 1000 + round_no * 10 + k,
+        # Made on first use, so a sampler whose shards are all finished loads no model.
+        engine = cache(
+            lambda m=model: make_engine(
+                generation["engine"], m, generation, config["policy"]["dtype"]
+            )
         )
-        sampled = run_rollouts(engine, problems, "tool", n, params, limits, sandbox, name)
-        for row in sampled:
+
+        def shard(part: list[dict], index: int, k=k, name=name, n=n, engine=engine) -> dict:
+            params = SamplingParams(
+                temperature=section["temperature"],
+                top_p=section["top_p"],
+                seed=shard_seed(config["seed"] * 1000 + round_no * 10 + k, index),
+            )
+            return {"rows": run_rollouts(engine(), part, "tool", n, params, limits, sandbox, name)}
+
+        made = shards.map(f"sampler{k}", problems, generation["shard_size"], shard)
+        for row in made.get("rows", []):
             row["sample"] += offset
-        rows += sampled
+        rows += made.get("rows", [])
         offset += n
         del engine
     out = Path(out_dir)
@@ -165,6 +178,7 @@ def sample_round(
     stats = {"prompts": len(problems), "trajectories": len(rows), "accuracy": accuracy}
     write_json(out / "sampling.json", stats)
     provenance.write(out, stats)
+    shards.clear()
     log.info("round %d: %d trajectories, accuracy %.3f", round_no, len(rows), accuracy)
     return stats
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import asdict, fields
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl, write_text
 from reasonrl.manifest import Provenance
-from reasonrl.rewards.annotation import annotate
+from reasonrl.rewards.annotation import AnnotationStats, annotate
 from reasonrl.rewards.models import (
     INFO_FILE,
     KINDS,
@@ -32,6 +34,7 @@ from reasonrl.rewards.trainers import TRAINERS
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.search import best_of_n_metrics, run_hgs, sample_then_filter
+from reasonrl.shards import ShardStore, fingerprint, shard_seed
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tables import frame, markdown
 from reasonrl.tasks import is_code_task
@@ -42,8 +45,15 @@ log = logging.getLogger(__name__)
 
 
 def _engine(config: dict, model: str):
+    """The engine, made on first call: a rerun whose shards are all finished loads no model."""
     generation = config["generation"]
-    return make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
+    return cache(
+        lambda: make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
+    )
+
+
+def _shards(stage: str, config: dict, provenance: Provenance, out_dir: str) -> ShardStore:
+    return ShardStore(out_dir, fingerprint(stage, config, provenance.hashes))
 
 
 def _params(section: dict, seed: int) -> SamplingParams:
@@ -57,22 +67,27 @@ def sample_rm_data(config: dict, model: str, problems_path: str, out_dir: str) -
     problems = read_jsonl(problems_path, schema="problem")[: section["prompts"]]
     if not problems:
         raise ReasonRLError(f"{problems_path}: no problems to sample")
-    rows = run_rollouts(
-        _engine(config, model),
-        problems,
-        section["style"],
-        section["samples_per_prompt"],
-        _params(section, seed + 11),
-        RolloutLimits.from_config(config["rollout"]),
-        Sandbox.from_config(config["sandbox"]),
-        Path(model).name,
-    )
+    engine = _engine(config, model)
+    limits = RolloutLimits.from_config(config["rollout"])
+    sandbox = Sandbox.from_config(config["sandbox"])
+
+    def shard(part: list[dict], index: int) -> dict[str, list]:
+        params = _params(section, shard_seed(seed + 11, index))
+        n = section["samples_per_prompt"]
+        rows = run_rollouts(
+            engine(), part, section["style"], n, params, limits, sandbox, Path(model).name
+        )
+        return {"rows": rows}
+
+    shards = _shards("sample-rm-data", config, provenance, out_dir)
+    rows = shards.map("problems", problems, config["generation"]["shard_size"], shard)["rows"]
     out = Path(out_dir)
     write_jsonl(out / "samples.jsonl", rows, schema="trajectory")
     stats = {"problems": len(problems), "samples": len(rows)}
     stats["accuracy"] = sum(r["correct"] for r in rows) / len(rows)
     write_json(out / "metrics.json", stats)
     provenance.write(out, stats)
+    shards.clear()
     return stats
 
 
@@ -91,16 +106,31 @@ def annotate_prm(
         raise ReasonRLError(f"{samples_path}: code tasks get PRM data from mutate-code-prm")
     keep = section["annotation"]["solutions_per_prompt"]
     chosen = [s for s in samples if s["sample"] < keep]
-    rows, stats = annotate(
-        problems,
-        chosen,
-        _engine(config, model),
-        Sandbox.from_config(config["sandbox"]),
-        RolloutLimits.from_config(config["rollout"]),
-        section["annotation"]["completions"],
-        _params(section, seed + 23),
-        section["step_splitter"],
-        section["split_pattern"],
+    engine = _engine(config, model)
+    sandbox = Sandbox.from_config(config["sandbox"])
+    limits = RolloutLimits.from_config(config["rollout"])
+
+    def shard(part: list[dict], index: int) -> dict[str, list]:
+        rows, stats = annotate(
+            problems,
+            part,
+            engine(),
+            sandbox,
+            limits,
+            section["annotation"]["completions"],
+            _params(section, shard_seed(seed + 23, index)),
+            section["step_splitter"],
+            section["split_pattern"],
+        )
+        return {"rows": rows, "stats": [asdict(stats)]}
+
+    # Shards of solutions, about shard_size prompts' worth (`keep` solutions each).
+    size = config["generation"]["shard_size"] * keep
+    shards = _shards("annotate-prm", config, provenance, out_dir)
+    made = shards.map("solutions", chosen, size, shard)
+    rows = made.get("rows", [])
+    stats = AnnotationStats(
+        **{f.name: sum(s[f.name] for s in made.get("stats", [])) for f in fields(AnnotationStats)}
     )
     out = Path(out_dir)
     write_jsonl(out / "prm.jsonl", rows, schema="prm_steps")
@@ -115,6 +145,7 @@ def annotate_prm(
     }
     write_json(out / "metrics.json", metrics)
     provenance.write(out, metrics)
+    shards.clear()
     log.info("annotated %d steps with %d rollouts", stats.steps, stats.rollouts)
     return metrics
 
@@ -213,16 +244,22 @@ def best_of_n(
     provenance = Provenance("best-of-n", config, inputs, seed)
     problems = _test_problems(problems_path, section["best_of_n"]["max_problems"])
     n_max = max(section["best_of_n"]["n"])
-    generation = config["generation"]
-    engine = make_engine(generation["engine"], policy, generation, config["policy"]["dtype"])
+    engine = _engine(config, policy)
     sandbox = Sandbox.from_config(config["sandbox"])
     limits = RolloutLimits.from_config(config["rollout"])
     style = section["style"]
-    greedy = run_rollouts(engine, problems, style, 1, SamplingParams(seed=seed), limits, sandbox)
-    params = SamplingParams(
-        temperature=section["temperature"], top_p=section["top_p"], seed=seed + 101
-    )
-    sampled = run_rollouts(engine, problems, style, n_max, params, limits, sandbox)
+
+    def shard(part: list[dict], index: int) -> dict[str, list]:
+        greedy_params = SamplingParams(seed=shard_seed(seed, index))
+        params = _params(section, shard_seed(seed + 101, index))
+        return {
+            "greedy": run_rollouts(engine(), part, style, 1, greedy_params, limits, sandbox),
+            "sampled": run_rollouts(engine(), part, style, n_max, params, limits, sandbox),
+        }
+
+    shards = _shards("best-of-n", config, provenance, out_dir)
+    made = shards.map("problems", problems, config["generation"]["shard_size"], shard)
+    greedy, sampled = made["greedy"], made["sampled"]
     by_id = {p["id"]: p for p in problems}
     scored = score_samples(config, by_id, sampled, reward_models)
     scorers = sorted({k for s in scored for k in s["scores"]})
@@ -258,6 +295,7 @@ def best_of_n(
     write_json(out / "best_of_n.json", table)
     write_csv(out / "best_of_n.csv", table["rows"])
     provenance.write(out, {"greedy_pass@1": table["greedy_pass@1"]})
+    shards.clear()
     return table
 
 
@@ -281,14 +319,29 @@ def hgs_search(
     scores = {(s["problem_id"], s["sample"]): s for s in read_jsonl(bon / "scores.jsonl")}
     if len(greedy) != len(problems):
         raise ReasonRLError(f"{bon}/greedy.jsonl: has no greedy run of some of the problems")
-    generation = config["generation"]
-    engine = make_engine(generation["engine"], policy, generation, config["policy"]["dtype"])
-    stepper = ToolStepModel(config, engine, prm, problems)
+    engine = _engine(config, policy)
     hgs = section["hgs"]
-    searches = run_hgs(
-        len(problems), stepper.expand, stepper.label, hgs["max_bandwidth"], hgs["max_iterations"]
-    )
-    rows = stepper.finish(searches)
+    stepper = cache(lambda: ToolStepModel(config, engine(), prm))
+
+    def shard(part: list[dict], index: int) -> dict[str, list]:
+        model = stepper().for_problems(part, shard_seed(seed, index))
+        searches = run_hgs(
+            len(part), model.expand, model.label, hgs["max_bandwidth"], hgs["max_iterations"]
+        )
+        rows = model.finish(searches)  # counts the steps of the greedy completions too
+        summaries = [
+            {
+                "finished": s.finished,
+                "backtracks": sum(e[0] == "backtrack" for e in s.events),
+                "generated": generated,
+            }
+            for s, generated in zip(searches, model.generated, strict=True)
+        ]
+        return {"rows": rows, "searches": summaries}
+
+    shards = _shards("hgs-search", config, provenance, out_dir)
+    made = shards.map("problems", problems, config["generation"]["shard_size"], shard)
+    rows, searches = made["rows"], made["searches"]
     n_filter = hgs["filter_samples"]
     kept = [g[:n_filter] for g in _group(samples).values()]
     filtered = sample_then_filter(
@@ -303,11 +356,11 @@ def hgs_search(
         },
         "hgs": {
             "accuracy": float(np.mean([r["correct"] for r in rows])),
-            "steps_per_problem": float(np.mean(stepper.generated)),
+            "steps_per_problem": float(np.mean([s["generated"] for s in searches])),
             "finished": {
-                k: sum(s.finished == k for s in searches) for k in ("answer", "cap", "exhausted")
+                k: sum(s["finished"] == k for s in searches) for k in ("answer", "cap", "exhausted")
             },
-            "backtracks": sum(e[0] == "backtrack" for s in searches for e in s.events),
+            "backtracks": sum(s["backtracks"] for s in searches),
         },
         "sample_then_filter": {
             **filtered,
@@ -335,6 +388,7 @@ def hgs_search(
         ],
     )
     provenance.write(out, {"hgs_accuracy": metrics["hgs"]["accuracy"]})
+    shards.clear()
     return metrics
 
 

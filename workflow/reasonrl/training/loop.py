@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from accelerate import Accelerator, PartialState
 from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from reasonrl.io import follow_umask, write_csv, write_json
+from reasonrl.io import follow_umask, replace_durably, write_csv, write_json, write_text
 from reasonrl.models import save_folder_atomically, to_device
 
 log = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ class CheckpointStore:
         tmp = self.folder / f".tmp-step-{step}"
         if accelerator.is_main_process:
             self.folder.mkdir(parents=True, exist_ok=True)
-            (self.folder / "fingerprint").write_text(self.fingerprint)
+            write_text(self.folder / "fingerprint", self.fingerprint)
             if tmp.exists():
                 shutil.rmtree(tmp)
         accelerator.wait_for_everyone()
@@ -84,7 +83,7 @@ class CheckpointStore:
         if accelerator.is_main_process:
             (tmp / "loop.json").write_text(json.dumps({"step": step, "history": history}))
             follow_umask(tmp)
-            os.replace(tmp, self.folder / f"step-{step}")
+            replace_durably(tmp, self.folder / f"step-{step}")
             for old in self.folder.glob("step-*"):
                 if old.name != f"step-{step}":
                     shutil.rmtree(old)
