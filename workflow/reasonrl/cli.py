@@ -248,6 +248,19 @@ def ppo_table(args: argparse.Namespace, config: dict) -> None:
     run(args.sft_eval, rows, args.r2, args.out_dir)
 
 
+def plan(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl import memory_plan
+    from reasonrl.config import load_workflow_config, read_yaml
+    from reasonrl.tables import frame, markdown
+
+    config = load_workflow_config(args.configfile)
+    profile = read_yaml(Path(args.profile) / "config.yaml") if args.profile else {}
+    placements = memory_plan.profile_placements(profile or {})
+    plans = memory_plan.plan_config(config, placements)
+    print(markdown(frame(memory_plan.plan_rows(plans))), end="")
+    memory_plan.check_fits(plans, " + ".join(args.configfile))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reasonrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -330,6 +343,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--best", nargs="*")
     p.add_argument("--out-dir", required=True)
     add_publish_parser(add_containers_parser(sub))
+    p = sub.add_parser("plan", help="GPU memory per rule against the profile's GPUs")
+    p.add_argument("--configfile", action="append", default=[], help="as snakemake's")
+    p.add_argument(
+        "--profile", help="profile folder: resources gpu, deepspeed, gpu_mem_mb (80 GiB unset)"
+    )
+    p.set_defaults(func=plan)
     _reward_model_stages(stage)
     _online_stages(stage)
     _ppo_stages(stage)

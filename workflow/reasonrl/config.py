@@ -285,3 +285,31 @@ def load_config(path: str | Path | None = None, json_text: str | None = None) ->
     if raw is not None and not isinstance(raw, dict):
         raise ReasonRLError(f"{path}: a config must be a mapping")
     return validate_config(raw, str(path))
+
+
+def _merged(base: dict, update: dict) -> dict:
+    """`update` over `base`: mappings merged key by key, other values replaced (how Snakemake
+    merges a --configfile onto the Snakefile's configfile)."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_workflow_config(configfiles: list[str], default: str = "config/config.yaml") -> dict:
+    """The config the workflow runs with `--configfile` each of `configfiles`: the default
+    config file (when present) with each merged over it in turn, validated, defaults filled."""
+    merged: dict = {}
+    sources = [default] if Path(default).is_file() else []
+    for path in sources + list(configfiles):
+        try:
+            raw = read_yaml(path)
+        except FileNotFoundError:
+            raise ReasonRLError(f"{path}: config file not found") from None
+        if raw is not None and not isinstance(raw, dict):
+            raise ReasonRLError(f"{path}: a config must be a mapping")
+        merged = _merged(merged, raw or {})
+    return validate_config(merged, " + ".join(map(str, sources + list(configfiles))))

@@ -17,6 +17,7 @@ from reasonrl.config import BUILT_BASES, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
 from reasonrl.errors import ReasonRLError, exit_with
+from reasonrl.memory_plan import check_fits, placement, plan_config
 
 
 wildcard_constraints:
@@ -555,3 +556,26 @@ def comparison_outputs():
         category="Comparisons",
     )
     return files
+
+
+# --- The memory plan (workflow/rules/plan.smk) ----------------------------------------------
+
+
+def fixed_resource(gpu_rule, name):
+    """A resource a profile's set-resources (or default-resources) fixes; None when unset or
+    computed per job."""
+    value = gpu_rule.resources.get(name)
+    if value is None or value.is_evaluable():
+        return None
+    return value.value
+
+
+def gpu_placements():
+    """Rule name -> Placement (reasonrl.memory_plan) of every rule whose job asks for GPUs."""
+    names = ("gpu", "deepspeed", "gpu_mem_mb")
+    placements = {}
+    for each in workflow.rules:
+        resources = {name: fixed_resource(each, name) for name in names}
+        if resources["gpu"]:
+            placements[each.name] = placement(each.name, resources)
+    return placements
