@@ -93,7 +93,7 @@ def sample_round(args: argparse.Namespace, config: dict) -> None:
         if not sep or not count.isdigit():
             raise ReasonRLError(f"--sampler expects NAME=MODEL:N, got '{item}'")
         samplers.append((name, model, int(count)))
-    run(config, args.prompts, samplers, args.round, args.out_dir)
+    run(config, args.prompts, samplers, args.round, args.out_dir, args.style)
 
 
 def label_preferences(args: argparse.Namespace, config: dict) -> None:
@@ -319,6 +319,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", required=True)
     p.add_argument("--sampler", action="append", required=True, help="NAME=MODEL:N (repeatable)")
     p.add_argument("--round", type=int, required=True)
+    p.add_argument("--style", choices=["tool", "cot"], default="tool", help="solution style")
     p.add_argument("--out-dir", required=True)
     p = stage("label-preferences", label_preferences, "win/lose pairs, KTO and RAFT rows")
     p.add_argument("--samples", required=True)

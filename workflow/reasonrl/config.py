@@ -87,6 +87,8 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     _check_sft(filled["sft"], source)
     given = {"tasks", "preference"} <= set(raw or {})
     _check_preference(filled["preference"], filled["tasks"], source, given)
+    if {"sft", "preference"} <= set(raw or {}) and not stage:
+        _check_round0(filled, source)
     _check_reward_models(raw or {}, filled, source, stage)
     _check_online(filled["online_dpo"], source)
     _check_ppo(raw or {}, filled, source)
@@ -172,6 +174,17 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
         raise ReasonRLError(
             f"{source}: config key 'preference.task' names '{section['task']}', "
             "which is not under 'tasks'"
+        )
+
+
+def _check_round0(filled: dict, source: str) -> None:
+    """The rounds start from an SFT policy the config trains (when there are rounds)."""
+    policy = filled["preference"]["policy"]
+    names = [f"sft-{name}" for name in sft_policies(filled)]
+    if filled["preference"]["variants"] and policy not in names:
+        raise ReasonRLError(
+            f"{source}: config key 'preference.policy' names '{policy}', which is not an SFT"
+            f" policy of sft.variants ({', '.join(names)})"
         )
 
 

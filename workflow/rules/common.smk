@@ -91,7 +91,10 @@ SFT_POLICIES = sft_policies(config)
 
 
 def policy_style(policy):
-    """Solution style a policy is prompted with: its SFT policy's, tool use otherwise."""
+    """Solution style a policy is prompted with: its SFT policy's (a preference round's: that
+    of the SFT policy its rounds start from), tool use otherwise."""
+    if re.fullmatch(r".+-round\d+", policy):
+        policy = ROUND0_POLICY
     name = policy.removeprefix("sft-")
     return SFT_POLICIES[name]["style"] if name in SFT_POLICIES else "tool"
 
@@ -149,12 +152,13 @@ def sft_train_metrics(wildcards, input):
 
 
 # ---- Preference rounds (M-DPO, M-KTO and baselines) ----------------------------------------
-# Round 0 is the SFT tool policy; policy {method}-round{r} trains from {method}-round{r-1} on
+# Round 0 is the SFT policy preference.policy (sft-tool by default), whose style the rounds
+# sample and are evaluated in; policy {method}-round{r} trains from {method}-round{r-1} on
 # data sampled by that lineage. Round 1 samples only the SFT policy, so its data is shared by
 # every method (lineage "sft"); later rounds sample the method's own policies.
 
 PREFERENCE = config["preference"]
-ROUND0_POLICY = "sft-tool"
+ROUND0_POLICY = PREFERENCE["policy"]
 
 
 def preference_methods():

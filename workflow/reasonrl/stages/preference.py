@@ -121,8 +121,10 @@ def sample_round(
     samplers: list[tuple[str, str, int]],
     round_no: int,
     out_dir: str,
+    style: str = "tool",
 ) -> dict:
-    """N trajectories per prompt, mixed from several policies: samplers = (name, model, n).
+    """N trajectories per prompt in solution `style`, mixed from several policies: samplers =
+    (name, model, n).
 
     The samples of one policy are numbered after those of the policies before it, and each
     policy gets its own seed stream.
@@ -153,7 +155,7 @@ def sample_round(
             top_p=section["top_p"],
             seed=config["seed"] * 1000 + round_no * 10 + k,
         )
-        sampled = run_rollouts(engine, problems, "tool", n, params, limits, sandbox, name)
+        sampled = run_rollouts(engine, problems, style, n, params, limits, sandbox, name)
         for row in sampled:
             row["sample"] += offset
         rows += sampled
