@@ -13,15 +13,17 @@ Activations are the tensors autograd saves for the backward pass, counted the wa
 et al. 2022 (section 4) count them, for the Hugging Face Llama/Mistral/Gemma decoder block
 with SDPA attention (no stored attention scores, so no a*s^2 term) and no dropout; bytes per
 token and layer, e = 2 (bf16 autocast) or 4 (fp32):
-    norms  2 * (4h + e*h)      RMSNorm saves its fp32 input and its output
+    norms  2 * (4h + 2*e*h)    RMSNorm: its fp32 input, the normalised input, the output
     attn   e * (3*a*d + 2*k*d) queries, keys, values, SDPA output and o_proj's input
     mlp    4 * e * i           gate and up outputs, SiLU output, down_proj's input
-(h hidden, a heads, k key-value heads, d head size, i intermediate size). The head adds the
-final norm, the logits in e bytes and their fp32 log-softmax (4 bytes per vocabulary entry).
-With gradient checkpointing a layer keeps only its input (e*h per token) and one layer is
-recomputed at a time. A frozen model's forward keeps nothing: its peak is one layer's
-working set and the logits. tests/test_memory_plan.py checks the figures against the tensors
-the tiny policy actually saves and holds.
+(h hidden, a heads, k key-value heads, d head size, i intermediate size). The head saves
+the final norm's and the fp32 log-softmax of the logits (4 bytes per vocabulary entry).
+With gradient checkpointing a layer keeps only its input (e*h per token). On top of what is
+saved, the plan counts the transient peaks: the logits themselves (e bytes per vocabulary
+entry, beside their fp32 log-softmax) and, with checkpointing, the one layer recomputed at a
+time. A frozen model's forward keeps nothing: its peak is one layer's working set and the
+logits. tests/test_memory_plan.py checks the saved bytes against the tensors autograd saves
+for the tiny policy (fp32, bf16, checkpointed).
 
 Architectures come from a local model folder's config.json when there is one, else from the
 published configurations of the models the recipes name (PUBLISHED); nothing is downloaded.
@@ -86,11 +88,11 @@ class Architecture:
     def layer_activation_bytes(self, e: int) -> int:
         """Saved-for-backward bytes per token of one decoder layer (formula in the docstring)."""
         h, a, k, d = self.hidden, self.heads, self.kv_heads, self.d
-        return 2 * (4 * h + e * h) + e * (3 * a * d + 2 * k * d) + 4 * e * self.intermediate
+        return 2 * (4 * h + 2 * e * h) + e * (3 * a * d + 2 * k * d) + 4 * e * self.intermediate
 
     def head_activation_bytes(self, e: int) -> int:
-        """Final norm, logits (e bytes) and their fp32 log-softmax, per token."""
-        return 4 * self.hidden + e * self.hidden + (e + 4) * self.vocab
+        """Saved-for-backward bytes per token of the final norm and the fp32 log-softmax."""
+        return 4 * self.hidden + 2 * e * self.hidden + 4 * self.vocab
 
 
 # Published configurations (config.json on each model's hub page, as released) of the models
@@ -227,16 +229,25 @@ def model_state_bytes(arch: Architecture, t: Trained, weight_bytes: int, zero: i
     )
 
 
-def activation_bytes(arch: Architecture, t: Trained, weight_bytes: int) -> float:
-    """Saved-for-backward bytes of one micro-batch (formula in the module docstring); bf16
-    weights or bf16 autocast compute in 2 bytes."""
-    e = 2 if t.precision == "bf16" or weight_bytes == 2 else 4
-    tokens = t.sequences * t.length
-    layer = arch.layer_activation_bytes(e)
-    kept = arch.layers * (e * arch.hidden if t.checkpointing else layer)
-    recompute = layer if t.checkpointing else 0
+def _compute_bytes(t: Trained, weight_bytes: int) -> int:
+    """Bytes of an activation: 2 under bf16 weights or bf16 autocast, else 4."""
+    return 2 if t.precision == "bf16" or weight_bytes == 2 else 4
+
+
+def saved_activation_bytes(arch: Architecture, t: Trained, weight_bytes: int) -> float:
+    """Bytes autograd saves for the backward pass of one micro-batch (module docstring)."""
+    e = _compute_bytes(t, weight_bytes)
+    kept = e * arch.hidden if t.checkpointing else arch.layer_activation_bytes(e)
     # Token ids saved by the embedding's backward: 8 bytes each.
-    return tokens * (kept + recompute + arch.head_activation_bytes(e) + 8)
+    return t.sequences * t.length * (arch.layers * kept + arch.head_activation_bytes(e) + 8)
+
+
+def activation_bytes(arch: Architecture, t: Trained, weight_bytes: int) -> float:
+    """Peak activation bytes of one micro-batch: the saved tensors, the logits beside their
+    log-softmax and, with checkpointing, the layer being recomputed."""
+    e = _compute_bytes(t, weight_bytes)
+    transient = e * arch.vocab + (arch.layer_activation_bytes(e) if t.checkpointing else 0)
+    return saved_activation_bytes(arch, t, weight_bytes) + t.sequences * t.length * transient
 
 
 def plan_rule(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) -> RulePlan:
