@@ -251,6 +251,11 @@ def test_cli_prints_the_table_and_fails_a_recipe_that_cannot_fit_with_one_line(o
     assert line.startswith("reasonrl: error: config/gpu-mdpo-mistral-7b.yaml: rule sft needs "), (
         line
     )
+    missing = subprocess.run([*cli[:2], "--profile", "no/such"], capture_output=True, text=True)
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        "reasonrl: error: no/such/config.yaml: profile not found\n",
+    )
 
 
 def test_dry_run_fails_with_one_line_when_a_rule_cannot_fit(snakemake, one_gpu_profile):

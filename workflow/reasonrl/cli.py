@@ -254,7 +254,12 @@ def plan(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.tables import frame, markdown
 
     config = load_workflow_config(args.configfile)
-    profile = read_yaml(Path(args.profile) / "config.yaml") if args.profile else {}
+    profile = {}
+    if args.profile:
+        try:
+            profile = read_yaml(Path(args.profile) / "config.yaml")
+        except FileNotFoundError:
+            raise ReasonRLError(f"{args.profile}/config.yaml: profile not found") from None
     placements = memory_plan.profile_placements(profile or {})
     plans = memory_plan.plan_config(config, placements)
     print(markdown(frame(memory_plan.plan_rows(plans))), end="")
