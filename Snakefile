@@ -36,6 +36,8 @@ include: "workflow/rules/preference.smk"
 include: "workflow/rules/reward_models.smk"
 include: "workflow/rules/online_dpo.smk"
 include: "workflow/rules/ppo.smk"
+# After every rule: the memory plan of the GPU rules their resources ask for.
+include: "workflow/rules/plan.smk"
 # Keep last: it sees every rule above.
 include: "workflow/rules/docker.smk"
 

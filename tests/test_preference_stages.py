@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
@@ -125,3 +127,74 @@ def test_table_rows_keep_labels_with_equals_signs():
     )
     with pytest.raises(ReasonRLError, match="--row expects LABEL=POLICY:METRICS"):
         table_row("no separators", "LABEL=POLICY:METRICS")
+
+
+def test_rounds_start_from_the_sft_policy_the_config_names(snakemake, tmp_path):
+    """With only a CoT SFT policy the rounds sample, train from and are selected as sft-cot,
+    in its style; the default round 0 (sft-tool) is then one line naming the key."""
+    cot_only = {
+        "sft": {"variants": ["cot"]},
+        "preference": {"policy": "sft-cot", "variants": [{"name": "m", "rounds": 2}]},
+        "reward_models": {"tasks": []},
+        "comparisons": {"declared": []},
+    }
+    path = tmp_path / "cot.yaml"
+    path.write_text(yaml.safe_dump(cot_only))
+    result = snakemake("-n", "-p", "--configfile", str(path))
+    commands = [
+        shlex.split(line.removeprefix("Shell command: "))
+        for line in result.stdout.splitlines()
+        if line.startswith("Shell command: reasonrl ")
+    ]
+
+    def calls(verb):
+        return [argv for argv in commands if argv[1] == verb]
+
+    def flag(argv, name):
+        return argv[argv.index(name) + 1]
+
+    samplers = [flag(argv, "--sampler") for argv in calls("sample-round")]
+    assert "sft-cot=results/models/sft-cot:4" in samplers
+    assert {flag(argv, "--style") for argv in calls("sample-round")} == {"cot"}
+    trains = {flag(argv, "--out"): flag(argv, "--model") for argv in calls("preference-train")}
+    assert trains["results/models/m-round1"] == "results/models/sft-cot"
+    selections = [
+        argv for argv in calls("evaluate") if "results/selection/" in flag(argv, "--out-dir")
+    ]
+    assert {flag(argv, "--policy") for argv in selections} == {"sft-cot", "m-round1", "m-round2"}
+    assert {flag(argv, "--style") for argv in selections} == {"cot"}
+    tests = [
+        argv for argv in calls("evaluate") if flag(argv, "--model") == "results/models/m-round2"
+    ]
+    assert tests and {flag(argv, "--style") for argv in tests} == {"cot"}
+
+    del cot_only["preference"]["policy"]
+    path.write_text(yaml.safe_dump(cot_only))
+    result = snakemake("-n", "--configfile", str(path), check=False)
+    assert result.returncode != 0
+    assert (
+        "config key 'preference.policy' names 'sft-tool', which is not an SFT policy of"
+        " sft.variants (sft-cot)" in result.stderr
+    )
+    assert "KeyError" not in result.stderr
+
+
+def test_sample_round_prompts_in_the_style_it_is_given(tiny_policy, tmp_path):
+    from reasonrl.stages.preference import sample_round
+    from reasonrl.tasks import build_problems, prompt_messages
+
+    config = validate_config({"generation": {"batch_size": 2}, "rollout": {"max_turns": 1}})
+    config["rollout"]["max_turn_tokens"] = 4
+    problems = build_problems("arith", {"kind": "arith", "train_size": 2, "test_size": 0}, 0)[0]
+    write_jsonl(tmp_path / "p.jsonl", problems)
+    samplers = [("sft-cot", str(tiny_policy), 1)]
+    for style in ("cot", "tool"):
+        out = tmp_path / style
+        sample_round(config, str(tmp_path / "p.jsonl"), samplers, 1, str(out), style)
+        rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+        expected = {json.dumps(prompt_messages(p, style), sort_keys=True) for p in problems}
+        prompts = {
+            json.dumps(r["messages"][: len(prompt_messages(problems[0], style))], sort_keys=True)
+            for r in rows
+        }
+        assert prompts == expected

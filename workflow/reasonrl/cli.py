@@ -101,7 +101,7 @@ def sample_round(args: argparse.Namespace, config: dict) -> None:
         if not sep or not count.isdigit():
             raise ReasonRLError(f"--sampler expects NAME=MODEL:N, got '{item}'")
         samplers.append((name, model, int(count)))
-    run(config, args.prompts, samplers, args.round, args.out_dir)
+    run(config, args.prompts, samplers, args.round, args.out_dir, args.style)
 
 
 def label_preferences(args: argparse.Namespace, config: dict) -> None:
@@ -256,6 +256,24 @@ def ppo_table(args: argparse.Namespace, config: dict) -> None:
     run(args.sft_eval, rows, args.r2, args.out_dir)
 
 
+def plan(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl import memory_plan
+    from reasonrl.config import load_workflow_config, read_yaml
+    from reasonrl.tables import frame, markdown
+
+    config = load_workflow_config(args.configfile)
+    profile = {}
+    if args.profile:
+        try:
+            profile = read_yaml(Path(args.profile) / "config.yaml")
+        except FileNotFoundError:
+            raise ReasonRLError(f"{args.profile}/config.yaml: profile not found") from None
+    placements = memory_plan.profile_placements(profile or {})
+    plans = memory_plan.plan_config(config, placements)
+    print(markdown(frame(memory_plan.plan_rows(plans))), end="")
+    memory_plan.check_fits(plans, " + ".join(args.configfile))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reasonrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -319,6 +337,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", required=True)
     p.add_argument("--sampler", action="append", required=True, help="NAME=MODEL:N (repeatable)")
     p.add_argument("--round", type=int, required=True)
+    p.add_argument("--style", choices=["tool", "cot"], default="tool", help="solution style")
     p.add_argument("--out-dir", required=True)
     p = stage("label-preferences", label_preferences, "win/lose pairs, KTO and RAFT rows")
     p.add_argument("--samples", required=True)
@@ -343,6 +362,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--best", nargs="*")
     p.add_argument("--out-dir", required=True)
     add_publish_parser(add_containers_parser(sub))
+    p = sub.add_parser("plan", help="GPU memory per rule against the profile's GPUs")
+    p.add_argument("--configfile", action="append", default=[], help="as snakemake's")
+    p.add_argument(
+        "--profile", help="profile folder: resources gpu, deepspeed, gpu_mem_mb (80 GiB unset)"
+    )
+    p.set_defaults(func=plan)
     _reward_model_stages(stage)
     _online_stages(stage)
     _ppo_stages(stage)

@@ -87,6 +87,8 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     _check_sft(filled["sft"], source)
     given = {"tasks", "preference"} <= set(raw or {})
     _check_preference(filled["preference"], filled["tasks"], source, given)
+    if {"sft", "preference"} <= set(raw or {}) and not stage:
+        _check_round0(filled, source)
     _check_reward_models(raw or {}, filled, source, stage)
     _check_online(filled["online_dpo"], source)
     _check_ppo(raw or {}, filled, source)
@@ -172,6 +174,17 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
         raise ReasonRLError(
             f"{source}: config key 'preference.task' names '{section['task']}', "
             "which is not under 'tasks'"
+        )
+
+
+def _check_round0(filled: dict, source: str) -> None:
+    """The rounds start from an SFT policy the config trains (when there are rounds)."""
+    policy = filled["preference"]["policy"]
+    names = [f"sft-{name}" for name in sft_policies(filled)]
+    if filled["preference"]["variants"] and policy not in names:
+        raise ReasonRLError(
+            f"{source}: config key 'preference.policy' names '{policy}', which is not an SFT"
+            f" policy of sft.variants ({', '.join(names)})"
         )
 
 
@@ -285,3 +298,31 @@ def load_config(path: str | Path | None = None, json_text: str | None = None) ->
     if raw is not None and not isinstance(raw, dict):
         raise ReasonRLError(f"{path}: a config must be a mapping")
     return validate_config(raw, str(path))
+
+
+def _merged(base: dict, update: dict) -> dict:
+    """`update` over `base`: mappings merged key by key, other values replaced (how Snakemake
+    merges a --configfile onto the Snakefile's configfile)."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_workflow_config(configfiles: list[str], default: str = "config/config.yaml") -> dict:
+    """The config the workflow runs with `--configfile` each of `configfiles`: the default
+    config file (when present) with each merged over it in turn, validated, defaults filled."""
+    merged: dict = {}
+    sources = [default] if Path(default).is_file() else []
+    for path in sources + list(configfiles):
+        try:
+            raw = read_yaml(path)
+        except FileNotFoundError:
+            raise ReasonRLError(f"{path}: config file not found") from None
+        if raw is not None and not isinstance(raw, dict):
+            raise ReasonRLError(f"{path}: a config must be a mapping")
+        merged = _merged(merged, raw or {})
+    return validate_config(merged, " + ".join(map(str, sources + list(configfiles))))

@@ -17,6 +17,7 @@ from reasonrl.config import BUILT_BASES, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
 from reasonrl.errors import ReasonRLError, exit_with
+from reasonrl.memory_plan import check_fits, placement, plan_config
 
 
 wildcard_constraints:
@@ -90,7 +91,10 @@ SFT_POLICIES = sft_policies(config)
 
 
 def policy_style(policy):
-    """Solution style a policy is prompted with: its SFT policy's, tool use otherwise."""
+    """Solution style a policy is prompted with: its SFT policy's (a preference round's: that
+    of the SFT policy its rounds start from), tool use otherwise."""
+    if re.fullmatch(r".+-round\d+", policy):
+        policy = ROUND0_POLICY
     name = policy.removeprefix("sft-")
     return SFT_POLICIES[name]["style"] if name in SFT_POLICIES else "tool"
 
@@ -148,12 +152,13 @@ def sft_train_metrics(wildcards, input):
 
 
 # ---- Preference rounds (M-DPO, M-KTO and baselines) ----------------------------------------
-# Round 0 is the SFT tool policy; policy {method}-round{r} trains from {method}-round{r-1} on
+# Round 0 is the SFT policy preference.policy (sft-tool by default), whose style the rounds
+# sample and are evaluated in; policy {method}-round{r} trains from {method}-round{r-1} on
 # data sampled by that lineage. Round 1 samples only the SFT policy, so its data is shared by
 # every method (lineage "sft"); later rounds sample the method's own policies.
 
 PREFERENCE = config["preference"]
-ROUND0_POLICY = "sft-tool"
+ROUND0_POLICY = PREFERENCE["policy"]
 
 
 def preference_methods():
@@ -607,3 +612,26 @@ def report_pages_args(wildcards, input):
         for key, path in report_curve_inputs().items()
     )
     return f"{tables} {curves}"
+
+
+# --- The memory plan (workflow/rules/plan.smk) ----------------------------------------------
+
+
+def fixed_resource(gpu_rule, name):
+    """A resource a profile's set-resources (or default-resources) fixes; None when unset or
+    computed per job."""
+    value = gpu_rule.resources.get(name)
+    if value is None or value.is_evaluable():
+        return None
+    return value.value
+
+
+def gpu_placements():
+    """Rule name -> Placement (reasonrl.memory_plan) of every rule whose job asks for GPUs."""
+    names = ("gpu", "deepspeed", "gpu_mem_mb")
+    placements = {}
+    for each in workflow.rules:
+        resources = {name: fixed_resource(each, name) for name in names}
+        if resources["gpu"]:
+            placements[each.name] = placement(each.name, resources)
+    return placements

@@ -72,10 +72,12 @@ rule sample_round:
             "rollout", "generation", "sandbox", "policy", parts=["sampling"]
         ),
         samplers=sampler_args,
+        style=policy_style(ROUND0_POLICY),
         out_dir=subpath(output.manifest, parent=True),
     shell:
         "reasonrl sample-round --config-json {params.config} --prompts {input.prompts:q}"
-        " {params.samplers} --round {wildcards.round} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " {params.samplers} --round {wildcards.round} --style {params.style}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule label_preferences:
@@ -173,10 +175,11 @@ rule evaluate_selection:
     threads: torch_threads
     params:
         config=lambda wildcards: selection_config_json(wildcards.task),
+        style=lambda wildcards: policy_style(wildcards.policy),
         out_dir=subpath(output.metrics, parent=True),
     shell:
         "reasonrl evaluate --config-json {params.config} --model {input.model:q}"
-        " --style tool --task {wildcards.task:q} --problems {input.problems:q}"
+        " --style {params.style} --task {wildcards.task:q} --problems {input.problems:q}"
         " --policy {wildcards.policy:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 

@@ -122,8 +122,10 @@ def sample_round(
     samplers: list[tuple[str, str, int]],
     round_no: int,
     out_dir: str,
+    style: str = "tool",
 ) -> dict:
-    """N trajectories per prompt, mixed from several policies: samplers = (name, model, n).
+    """N trajectories per prompt in solution `style`, mixed from several policies: samplers =
+    (name, model, n).
 
     The samples of one policy are numbered after those of the policies before it, and each
     policy gets its own seed stream.
@@ -144,7 +146,9 @@ def sample_round(
     sandbox = Sandbox.from_config(config["sandbox"])
     limits = RolloutLimits.from_config(config["rollout"])
     generation = config["generation"]
-    stamp = fingerprint("sample-round", provenance.config, provenance.hashes, samplers, round_no)
+    stamp = fingerprint(
+        "sample-round", provenance.config, provenance.hashes, samplers, round_no, style
+    )
     shards = ShardStore(out_dir, stamp)
     rows: list[dict] = []
     offset = 0
@@ -164,7 +168,7 @@ def sample_round(
                 top_p=section["top_p"],
                 seed=shard_seed(config["seed"] * 1000 + round_no * 10 + k, index),
             )
-            return {"rows": run_rollouts(engine(), part, "tool", n, params, limits, sandbox, name)}
+            return {"rows": run_rollouts(engine(), part, style, n, params, limits, sandbox, name)}
 
         made = shards.map(f"sampler{k}", problems, generation["shard_size"], shard)
         for row in made.get("rows", []):

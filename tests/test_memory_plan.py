@@ -1,0 +1,270 @@
+"""The memory planner (reasonrl.memory_plan, `reasonrl plan`, the dry run's check): hand-computed
+figures, the tiny policy's measured bytes, the shipped recipes on 8 x 80 GB, and the one-line
+failure of a recipe that cannot fit its profile's GPUs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from reasonrl import memory_plan as mp
+from reasonrl.config import load_workflow_config, validate_config
+from reasonrl.errors import ReasonRLError
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_RULES = (
+    "sft",
+    "evaluate",
+    "sample_round",
+    "reference_logps",
+    "preference_train",
+    "evaluate_selection",
+    "sample_rm_data",
+    "train_reward_model",
+    "annotate_prm",
+    "best_of_n",
+    "hgs_search",
+    "ppo_r2",
+    "ppo",
+    "online_dpo",
+)
+RECIPES = sorted(p.name for p in (REPO / "config").glob("gpu-*.yaml"))
+
+
+def test_published_architectures_give_the_published_parameter_counts():
+    # The counts on the model cards / safetensors indexes.
+    assert mp.PUBLISHED["google/gemma-1.1-7b-it"].params() == 8_537_680_896
+    assert mp.PUBLISHED["mistralai/Mistral-7B-v0.3"].params() == 7_248_023_552
+    assert mp.PUBLISHED["peiyi9979/mistral-7b-sft"].params() == 7_241_732_096
+    assert mp.PUBLISHED["deepseek-ai/deepseek-coder-6.7b-base"].params() == 6_740_512_768
+    assert mp.PUBLISHED["realtreetune/rho-1b-sft-GSM8K"].params() == 1_100_048_384
+    assert mp.PUBLISHED["smollm2"].params() == 134_515_008
+
+
+def test_7b_full_fine_tune_zero3_on_8_gpus_matches_the_zero_papers_16_bytes():
+    arch = mp.PUBLISHED["mistralai/Mistral-7B-v0.3"]
+    n = 7_248_023_552
+    trained = mp.Trained("bf16", sequences=1, length=4096)
+    params, grads, optim = mp.model_state_bytes(arch, trained, 2, zero=3, n=8)
+    assert (params, grads, optim) == (n * 2 / 8, n * 2 / 8, n * 12 / 8)
+    # ZeRO-2 keeps the bf16 weights whole; one GPU keeps everything: 16 bytes per parameter.
+    assert mp.model_state_bytes(arch, trained, 2, zero=2, n=8)[0] == n * 2
+    assert sum(mp.model_state_bytes(arch, trained, 2, zero=0, n=1)) == 16 * n
+    # Activations: 4096 tokens x (32 layers x per-layer bytes + head + token ids), by hand:
+    # norms 2(4*4096 + 2*2*4096) = 65536, attention 2(3*32*128 + 2*8*128) = 28672,
+    # MLP 4*2*14336 = 114688 -> 208896 per layer; head 4*4096 + 2*2*4096 + 4*32768 = 163840;
+    # the bf16 logits beside their log-softmax, 2*32768 = 65536, at the peak.
+    assert mp.saved_activation_bytes(arch, trained, 2) == 4096 * (32 * 208896 + 163840 + 8)
+    assert mp.activation_bytes(arch, trained, 2) == 4096 * (32 * 208896 + 163840 + 8 + 65536)
+    # With checkpointing: each layer keeps its bf16 input, one layer is recomputed at a time.
+    ckpt = mp.Trained("bf16", 1, 4096, checkpointing=True)
+    kept = 32 * 2 * 4096 + 163840 + 8
+    assert mp.saved_activation_bytes(arch, ckpt, 2) == 4096 * kept
+    assert mp.activation_bytes(arch, ckpt, 2) == 4096 * (kept + 65536 + 208896)
+
+
+def test_lora_trains_only_the_adapters_and_8bit_adam_keeps_two_bytes_of_moments():
+    arch = mp.PUBLISHED["mistralai/Mistral-7B-v0.3"]
+    lora = mp.Trained("bf16", 1, 1024, lora_rank=16)
+    # r * (in + out) per linear: q, k, v, o, gate, up, down.
+    per_layer = 16 * ((4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 3 * (4096 + 14336))
+    adapters = 32 * per_layer
+    params, grads, optim = mp.model_state_bytes(arch, lora, 2, zero=0, n=1)
+    assert params == arch.params() * 2 + adapters * 2
+    assert (grads, optim) == (adapters * 2, adapters * 12)
+    eight_bit = mp.Trained("bf16", 1, 1024, optimizer="adamw8bit")
+    assert mp.model_state_bytes(arch, eight_bit, 2, zero=0, n=1)[2] == arch.params() * 6
+
+
+def _tiny_model(config: dict):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    t = config["policy"]["tiny"]
+    torch.manual_seed(0)
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=t["vocab_size"],
+            hidden_size=t["hidden_size"],
+            intermediate_size=t["intermediate_size"],
+            num_hidden_layers=t["num_layers"],
+            num_attention_heads=t["num_heads"],
+            num_key_value_heads=t["num_kv_heads"],
+            max_position_embeddings=t["max_position_embeddings"],
+            tie_word_embeddings=True,
+        )
+    )
+
+
+def _saved_bytes(model, batch: dict) -> int:
+    """Bytes autograd saves for the backward pass of the SFT loss (distinct storages)."""
+    from reasonrl.training.lm_loss import masked_lm_loss
+
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss, _ = masked_lm_loss(model, batch)
+    loss.backward()
+    return sum(n for ptr, n in storages.items() if ptr not in params)
+
+
+def _batch(vocab: int, seqs: int, length: int) -> dict:
+    ids = torch.randint(0, vocab, (seqs, length))
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "labels": ids,
+        "num_tokens": torch.tensor([length] * seqs),
+    }
+
+
+def test_tiny_policy_planned_model_states_are_the_tensors_after_an_optimizer_step():
+    config = validate_config({})
+    arch = mp.architecture(config)
+    model = _tiny_model(config)
+    assert arch.params() == sum(p.numel() for p in model.parameters())
+    masked_lm_loss_backward(model, _batch(arch.vocab, 2, 64))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer.step()
+    held = (
+        sum(p.nbytes for p in model.parameters()),
+        sum(p.grad.nbytes for p in model.parameters()),
+        sum(s.nbytes for state in optimizer.state.values() for s in state.values() if s.dim()),
+    )
+    # Exact: fp32 weights, gradients and AdamW's two moments.
+    assert mp.model_state_bytes(arch, mp.Trained("fp32", 2, 64), 4, zero=0, n=1) == held
+
+
+def masked_lm_loss_backward(model, batch: dict) -> None:
+    from reasonrl.training.lm_loss import masked_lm_loss
+
+    masked_lm_loss(model, batch)[0].backward()
+
+
+# Measured on CPU (transformers' Llama with SDPA), planned / saved at 4 x 256 and 2 x 1024
+# tokens: fp32 1.039 and 1.038, bf16 1.031 and 1.030, checkpointed 1.0015 and 0.9997.
+@pytest.mark.parametrize(
+    ("dtype", "checkpointing"),
+    [(torch.float32, False), (torch.bfloat16, False), (torch.float32, True)],
+)
+def test_tiny_policy_planned_activations_are_the_tensors_autograd_saves(dtype, checkpointing):
+    config = validate_config({})
+    arch = mp.architecture(config)
+    model = _tiny_model(config).to(dtype)
+    if checkpointing:
+        model.activation_checkpointing_enable()
+    model.train()
+    saved = _saved_bytes(model, _batch(arch.vocab, 4, 256))
+    weight_bytes = 2 if dtype == torch.bfloat16 else 4
+    trained = mp.Trained("fp32", 4, 256, checkpointing=checkpointing)
+    planned = mp.saved_activation_bytes(arch, trained, weight_bytes)
+    assert 0.99 <= planned / saved < 1.06, (planned, saved)
+
+
+def _capacity_placements() -> dict[str, mp.Placement]:
+    """Every GPU rule launched over 8 x 80 GB under ZeRO-3, its generator on its own GPU:
+    the papers' nodes, with issue 22's launcher and placement for every training rule."""
+    return {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES}
+
+
+# Not yet: without gradient checkpointing and with the recipes' micro-batches (8 packed 4096-
+# token blocks per GPU in SFT, 8 pairs of 4096 in M-DPO, 128 pairs in online DPO) and PPO's
+# HF-engine KV cache (256 x 2048 tokens), activations alone exceed 80 GB (issue 22 items 1-2,
+# 4). Strict: the day every recipe fits, this fails and the mark goes.
+@pytest.mark.xfail(strict=True, reason="activations: no checkpointing, large micro-batches")
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_recipe_fits_on_eight_80gb_gpus(name):
+    config = load_workflow_config([str(REPO / "config" / name)])
+    plans = mp.plan_config(config, _capacity_placements())
+    assert {p.rule for p in plans} >= {"sft", "evaluate"}
+    assert [p.rule for p in plans if not p.fits] == []
+
+
+def test_the_planner_sees_every_gpu_rule_of_the_profile():
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    gpu_rules = {r for r, res in profile["set-resources"].items() if res.get("gpu")}
+    assert gpu_rules == set(GPU_RULES)
+
+
+def test_a_local_folders_config_json_gives_the_architecture(tmp_path):
+    hf = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "vocab_size": 500,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    config = validate_config({"policy": {"base": str(tmp_path)}})
+    assert mp.architecture(config) == mp.Architecture(
+        64, 2, 4, 4, 128, 500, False, source=str(tmp_path / "config.json")
+    )
+    with pytest.raises(ReasonRLError, match="no architecture for 'someone/unknown-7b'"):
+        mp.architecture(validate_config({"policy": {"base": "someone/unknown-7b"}}))
+
+
+def test_launched_rules_are_the_rules_with_the_launcher():
+    launched = set()
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        for block in re.split(r"\n(?=rule )", path.read_text()):
+            match = re.match(r"rule (\w+):", block)
+            if match and "launch=launcher" in block:
+                launched.add(match.group(1))
+    assert launched == mp.LAUNCHED_RULES
+
+
+@pytest.fixture
+def one_gpu_profile(tmp_path) -> Path:
+    """A profile that gives every GPU rule one 80 GB GPU (no executor: runs where it is)."""
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    resources = {rule: {"gpu": 1} for rule in GPU_RULES}
+    (profile / "config.yaml").write_text(yaml.safe_dump({"set-resources": resources}))
+    return profile
+
+
+def test_cli_prints_the_table_and_fails_a_recipe_that_cannot_fit_with_one_line(one_gpu_profile):
+    cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(one_gpu_profile)]
+    toy = subprocess.run(cli, cwd=REPO, capture_output=True, text=True)
+    assert toy.returncode == 0, toy.stderr
+    assert toy.stdout.startswith("| rule | GPUs | launched | ZeRO | params |")
+    assert "\n| sft | 1 | yes | 0 |" in toy.stdout
+    big = subprocess.run(
+        [*cli, "--configfile", "config/gpu-mdpo-mistral-7b.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert big.returncode == 2
+    (line,) = big.stderr.splitlines()
+    assert line.startswith("reasonrl: error: config/gpu-mdpo-mistral-7b.yaml: rule sft needs "), (
+        line
+    )
+    missing = subprocess.run([*cli[:2], "--profile", "no/such"], capture_output=True, text=True)
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        "reasonrl: error: no/such/config.yaml: profile not found\n",
+    )
+
+
+def test_dry_run_fails_with_one_line_when_a_rule_cannot_fit(snakemake, one_gpu_profile):
+    profile = ("--profile", str(one_gpu_profile))
+    snakemake("-n", "-q", *profile)  # the tiny policy fits one GPU
+    recipe = ("--configfile", "config/gpu-mdpo-mistral-7b.yaml")
+    snakemake("-n", "-q", *recipe)  # no GPU asked: nothing to check
+    result = snakemake("-n", "-q", *profile, *recipe, check=False)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if "reasonrl: error:" in line]
+    assert len(errors) == 1 and "rule sft needs" in errors[0], result.stderr
+    assert "Building DAG" not in result.stdout + result.stderr

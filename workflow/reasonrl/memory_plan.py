@@ -1,0 +1,490 @@
+"""GPU memory plan of a config: per GPU rule, the bytes of parameters, gradients, optimizer
+states, activations and the other models or engine it holds, under its job's GPUs and ZeRO
+stage, against the memory of one GPU.
+
+Model states follow the ZeRO paper's accounting (Rajbhandari et al. 2020, section 3.1): mixed
+precision AdamW holds 2 bytes of bf16 weights, 2 of gradients and 12 of fp32 master weights,
+momentum and variance per trained parameter (16 in all; fp32 training: 4 + 4 + 8); 8-bit
+AdamW keeps momentum and variance in 1 byte each. ZeRO-1 divides the optimizer states over
+the job's GPUs, ZeRO-2 the gradients too, ZeRO-3 the parameters too (frozen models included,
+as DeepSpeed's ZeRO-3 does for every prepared model). LoRA trains only the adapters.
+
+Activations are the tensors autograd saves for the backward pass, counted the way Korthikanti
+et al. 2022 (section 4) count them, for the Hugging Face Llama/Mistral/Gemma decoder block
+with SDPA attention (no stored attention scores, so no a*s^2 term) and no dropout; bytes per
+token and layer, e = 2 (bf16 autocast) or 4 (fp32):
+    norms  2 * (4h + 2*e*h)    RMSNorm: its fp32 input, the normalised input, the output
+    attn   e * (3*a*d + 2*k*d) queries, keys, values, SDPA output and o_proj's input
+    mlp    4 * e * i           gate and up outputs, SiLU output, down_proj's input
+(h hidden, a heads, k key-value heads, d head size, i intermediate size). The head saves
+the final norm's and the fp32 log-softmax of the logits (4 bytes per vocabulary entry).
+With gradient checkpointing a layer keeps only its input (e*h per token). On top of what is
+saved, the plan counts the transient peaks: the logits themselves (e bytes per vocabulary
+entry, beside their fp32 log-softmax) and, with checkpointing, the one layer recomputed at a
+time. A frozen model's forward keeps nothing: its peak is one layer's working set and the
+logits. tests/test_memory_plan.py checks the saved bytes against the tensors autograd saves
+for the tiny policy (fp32, bf16, checkpointed).
+
+Architectures come from a local model folder's config.json when there is one, else from the
+published configurations of the models the recipes name (PUBLISHED); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from reasonrl.config import sft_policies
+from reasonrl.errors import ReasonRLError
+
+GIB = 1024**3
+# CUDA context, cuBLAS/NCCL workspaces and allocator fragmentation, per GPU (a measured CUDA
+# context alone is 0.3-0.6 GiB; DeepSpeed's bucket buffers add about 1 GiB).
+OVERHEAD_BYTES = 2 * GIB
+# Memory of one GPU when the profile does not say (resource gpu_mem_mb): an A100/H100 80GB.
+GPU_BYTES = 80 * GIB
+# Rules that start under `accelerate launch` with DeepSpeed when their job has several GPUs
+# (the `launch=launcher` param in workflow/rules/); the others use one GPU whatever the job
+# holds. tests/test_memory_plan.py keeps this in step with the rules.
+LAUNCHED_RULES = frozenset({"sft"})
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A decoder-only transformer's shape (the Llama family's parameter layout)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    head_dim: int = 0  # 0: hidden // heads
+    source: str = ""
+
+    @property
+    def d(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    def params(self) -> int:
+        """Embedding, decoder layers (attention, gated MLP, two norms), final norm, head."""
+        h, d = self.hidden, self.d
+        attention = h * self.heads * d * 2 + h * self.kv_heads * d * 2
+        layer = attention + 3 * h * self.intermediate + 2 * h
+        head = 0 if self.tied else self.vocab * h
+        return self.vocab * h + self.layers * layer + h + head
+
+    def linear_shapes(self) -> list[tuple[int, int]]:
+        """(in, out) of every linear of one layer (LoRA's targets: attention and MLP)."""
+        h, d, i = self.hidden, self.d, self.intermediate
+        q, kv = self.heads * d, self.kv_heads * d
+        return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+
+    def kv_bytes_per_token(self, e: int) -> int:
+        return 2 * self.layers * self.kv_heads * self.d * e
+
+    def layer_activation_bytes(self, e: int) -> int:
+        """Saved-for-backward bytes per token of one decoder layer (formula in the docstring)."""
+        h, a, k, d = self.hidden, self.heads, self.kv_heads, self.d
+        return 2 * (4 * h + 2 * e * h) + e * (3 * a * d + 2 * k * d) + 4 * e * self.intermediate
+
+    def head_activation_bytes(self, e: int) -> int:
+        """Saved-for-backward bytes per token of the final norm and the fp32 log-softmax."""
+        return 4 * self.hidden + 2 * e * self.hidden + 4 * self.vocab
+
+
+# Published configurations (config.json on each model's hub page, as released) of the models
+# the shipped recipes name, so a plan needs no download.
+PUBLISHED = {
+    "google/gemma-1.1-7b-it": Architecture(3072, 28, 16, 16, 24576, 256000, True, 256),
+    "mistralai/Mistral-7B-v0.3": Architecture(4096, 32, 32, 8, 14336, 32768, False),
+    "peiyi9979/mistral-7b-sft": Architecture(4096, 32, 32, 8, 14336, 32000, False),
+    "deepseek-ai/deepseek-coder-6.7b-base": Architecture(4096, 32, 32, 32, 11008, 32256, False),
+    "realtreetune/rho-1b-sft-GSM8K": Architecture(2048, 22, 32, 4, 5632, 32000, False),
+    "smollm2": Architecture(576, 30, 9, 3, 1536, 49152, True),
+}
+
+
+def architecture(config: dict) -> Architecture:
+    """The policy's architecture: the tiny policy's config, a local folder's config.json, or
+    the published table; a hub id it does not know is a one-line error."""
+    base = config["policy"]["base"]
+    if base == "tiny":
+        t = config["policy"]["tiny"]
+        shape = (t["hidden_size"], t["num_layers"], t["num_heads"], t["num_kv_heads"])
+        return Architecture(
+            *shape, t["intermediate_size"], t["vocab_size"], True, source="policy.tiny"
+        )
+    local = Path(base).expanduser() / "config.json"
+    if local.is_file():
+        return _from_hf_config(json.loads(local.read_text(encoding="utf-8")), str(local))
+    if base in PUBLISHED:
+        return replace(PUBLISHED[base], source=f"published config of {base}")
+    raise ReasonRLError(
+        f"config key 'policy.base': no architecture for '{base}' (not a local folder with"
+        " config.json, nor in reasonrl.memory_plan.PUBLISHED)"
+    )
+
+
+def _from_hf_config(cfg: dict, source: str) -> Architecture:
+    heads = cfg["num_attention_heads"]
+    return Architecture(
+        hidden=cfg["hidden_size"],
+        layers=cfg["num_hidden_layers"],
+        heads=heads,
+        kv_heads=cfg.get("num_key_value_heads") or heads,
+        intermediate=cfg["intermediate_size"],
+        vocab=cfg["vocab_size"],
+        tied=cfg.get("tie_word_embeddings", False),
+        head_dim=cfg.get("head_dim") or 0,
+        source=source,
+    )
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A model a rule trains: its precision, optimizer, LoRA rank and checkpointing."""
+
+    precision: str  # fp32 or bf16 (mixed: bf16 compute, fp32 master weights)
+    sequences: int  # per micro-batch and GPU
+    length: int  # tokens per sequence
+    optimizer: str = "adamw"  # adamw or adamw8bit
+    lora_rank: int = 0  # 0: full fine-tuning
+    checkpointing: bool = False
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """What one rule holds on its GPUs: trained models, frozen copies, a generator."""
+
+    rule: str
+    trained: list[Trained]
+    frozen: int = 0  # frozen copies of the policy (reference, reward models)
+    frozen_tokens: int = 0  # tokens of one frozen forward (its logits are held)
+    kv_tokens: int = 0  # tokens of an HF engine's KV cache
+    vllm_share: float = 0.0  # share of the GPU a vLLM engine reserves (weights + KV cache)
+    vllm_copies: int = 0  # models the vLLM engines of the rule hold
+    vllm_tokens: int = 0  # KV cache of one sequence: the least an engine must hold
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A rule's job: GPUs (0: no GPU asked) and the memory of each, ZeRO stage, whether it is
+    launched over them, and whether its vLLM generator has GPUs of its own."""
+
+    gpus: int
+    zero: int = 2
+    launched: bool = False
+    generator_own_gpu: bool = False
+    gpu_bytes: float = GPU_BYTES
+
+
+@dataclass
+class RulePlan:
+    rule: str
+    gpus: int
+    zero: int
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    other: float
+    gpu_memory: float
+    gpus_needed: int | None
+    note: str = ""
+    launched: bool = False
+    fits: bool = field(init=False)
+    total: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total = self.params + self.grads + self.optimizer + self.activations + self.other
+        self.fits = self.gpus == 0 or self.total <= self.gpu_memory
+
+
+def _dtype_bytes(config: dict) -> int:
+    return 2 if config["policy"]["dtype"] == "bfloat16" else 4
+
+
+def model_state_bytes(arch: Architecture, t: Trained, weight_bytes: int, zero: int, n: int):
+    """(params, grads, optimizer) bytes per GPU of one trained model over n GPUs."""
+    total = arch.params()
+    trainable = total
+    if t.lora_rank:
+        trainable = arch.layers * sum(t.lora_rank * (i + o) for i, o in arch.linear_shapes())
+    mixed = t.precision == "bf16" or weight_bytes == 2
+    grad_b = 2 if mixed else 4
+    master = 4 if mixed else 0
+    moments = 2 if t.optimizer == "adamw8bit" else 8
+    params = total * weight_bytes + (trainable * (weight_bytes if t.lora_rank else 0))
+    grads = trainable * grad_b
+    optim = trainable * (master + moments)
+    shard = max(1, n)
+    return (
+        params / (shard if zero >= 3 else 1),
+        grads / (shard if zero >= 2 else 1),
+        optim / (shard if zero >= 1 else 1),
+    )
+
+
+def _compute_bytes(t: Trained, weight_bytes: int) -> int:
+    """Bytes of an activation: 2 under bf16 weights or bf16 autocast, else 4."""
+    return 2 if t.precision == "bf16" or weight_bytes == 2 else 4
+
+
+def saved_activation_bytes(arch: Architecture, t: Trained, weight_bytes: int) -> float:
+    """Bytes autograd saves for the backward pass of one micro-batch (module docstring)."""
+    e = _compute_bytes(t, weight_bytes)
+    kept = e * arch.hidden if t.checkpointing else arch.layer_activation_bytes(e)
+    # Token ids saved by the embedding's backward: 8 bytes each.
+    return t.sequences * t.length * (arch.layers * kept + arch.head_activation_bytes(e) + 8)
+
+
+def activation_bytes(arch: Architecture, t: Trained, weight_bytes: int) -> float:
+    """Peak activation bytes of one micro-batch: the saved tensors, the logits beside their
+    log-softmax and, with checkpointing, the layer being recomputed."""
+    e = _compute_bytes(t, weight_bytes)
+    transient = e * arch.vocab + (arch.layer_activation_bytes(e) if t.checkpointing else 0)
+    return saved_activation_bytes(arch, t, weight_bytes) + t.sequences * t.length * transient
+
+
+def plan_rule(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) -> RulePlan:
+    """The memory of `spec` per GPU under `place`, with the GPUs it needs (None: more than 64
+    or a rule that uses one GPU only)."""
+    plan = _plan(spec, arch, config, place)
+    needed = None
+    for n in range(1, 65) if place.launched and spec.trained else [1]:
+        if _plan(spec, arch, config, replace(place, gpus=n)).fits:
+            needed = n
+            break
+    plan.gpus_needed = needed
+    return plan
+
+
+def _plan(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) -> RulePlan:
+    weight_b = _dtype_bytes(config)
+    # Only a launched training rule spreads over its GPUs; the others use one.
+    n = place.gpus if place.launched and spec.trained else min(place.gpus, 1)
+    zero = place.zero if place.launched and n > 1 else 0
+    params = grads = optim = acts = 0.0
+    for t in spec.trained:
+        p, g, o = model_state_bytes(arch, t, weight_b, zero, n)
+        params, grads, optim = params + p, grads + g, optim + o
+        acts += activation_bytes(arch, t, weight_b)
+    frozen = spec.frozen * arch.params() * weight_b / (n if zero >= 3 else 1)
+    e = 2 if weight_b == 2 else 4
+    forward = spec.frozen_tokens * (arch.layer_activation_bytes(e) + (e + 4) * arch.vocab)
+    other = frozen + forward + spec.kv_tokens * arch.kv_bytes_per_token(e) + OVERHEAD_BYTES
+    budget = place.gpu_bytes
+    engine = spec.vllm_copies * arch.params() * weight_b
+    engine += spec.vllm_tokens * arch.kv_bytes_per_token(e)
+    if spec.vllm_share and not spec.trained:
+        # A generation rule: the engines' weights and one sequence's KV cache within their
+        # reservation (vLLM refuses to start otherwise).
+        other += engine
+        budget = place.gpu_bytes * spec.vllm_share
+    elif spec.vllm_share and not place.generator_own_gpu:
+        budget = place.gpu_bytes * (1 - spec.vllm_share)  # the engine's reservation, same GPU
+    return RulePlan(
+        spec.rule,
+        place.gpus,
+        zero,
+        params,
+        grads,
+        optim,
+        acts,
+        other,
+        budget,
+        None,
+        spec.note,
+        place.launched and bool(spec.trained),
+    )
+
+
+def generation_spec(rule: str, config: dict, copies: int = 1, frozen: int = 0) -> RuleSpec:
+    """A rule that generates: the HF engine's weights and KV cache (generation.batch_size
+    sequences of rollout.max_total_tokens), or vLLM's reservation holding the weights and
+    at least one sequence's KV cache; `frozen` reward models score beside it."""
+    gen, length = config["generation"], config["rollout"]["max_total_tokens"]
+    if gen["engine"] == "vllm":
+        share = gen["vllm"]["gpu_memory_utilization"]
+        return RuleSpec(rule, [], frozen, vllm_share=share, vllm_copies=copies, vllm_tokens=length)
+    return RuleSpec(rule, [], frozen=copies + frozen, kv_tokens=gen["batch_size"] * length)
+
+
+def _trained(section: dict, sequences: int, length: int) -> Trained:
+    return Trained(section.get("precision", "fp32"), sequences, length)
+
+
+def rule_specs(config: dict) -> list[RuleSpec]:
+    """The GPU rules this config runs, with what each holds."""
+    specs = []
+    sft = config["sft"]
+    if sft_policies(config):
+        length = sft["block_size"] if sft["packing"] else sft["max_length"]
+        specs.append(RuleSpec("sft", [_trained(sft, sft["batch_size"], length)]))
+    specs.append(generation_spec("evaluate", config))
+    pref = config["preference"]
+    if pref["variants"]:
+        train = pref["train"]
+        pairs = 2 * train["batch_size"]  # chosen and rejected trajectories
+        specs += [
+            generation_spec("sample_round", config, copies=2),
+            RuleSpec("reference_logps", [], frozen=1, frozen_tokens=pairs * train["max_length"]),
+            RuleSpec("preference_train", [_trained(train, pairs, train["max_length"])]),
+            generation_spec("evaluate_selection", config),
+        ]
+    specs += _reward_model_specs(config)
+    specs += _ppo_specs(config)
+    specs += _online_specs(config)
+    return specs
+
+
+def _needs_bt(section: dict) -> bool:
+    return bool(section["variants"]) and section["reward"] != "oracle"
+
+
+def _reward_model_specs(config: dict) -> list[RuleSpec]:
+    rm = config["reward_models"]
+    if not (rm["tasks"] or _needs_bt(config["ppo"]) or _needs_bt(config["online_dpo"])):
+        return []
+    train = rm["train"]
+    specs = [
+        generation_spec("sample_rm_data", config),
+        # BT pairs: two sequences per pair (the ORM and PRM train one each).
+        RuleSpec(
+            "train_reward_model", [_trained(train, 2 * train["batch_size"], train["max_length"])]
+        ),
+    ]
+    if rm["tasks"]:
+        specs += [
+            generation_spec("annotate_prm", config),
+            generation_spec("best_of_n", config, frozen=3),  # BT, ORM and PRM score
+        ]
+    if [t for t in rm["hgs"]["tasks"] if t in rm["tasks"]]:
+        specs.append(generation_spec("hgs_search", config, frozen=1))
+    return specs
+
+
+def _ppo_specs(config: dict) -> list[RuleSpec]:
+    ppo = config["ppo"]
+    if not ppo["variants"]:
+        return []
+    rows, length = ppo["batch_size"], ppo["max_length"]
+    # PPO trains in the policy's dtype (no precision key), generates with the HF engine.
+    trained = [Trained("bf16" if _dtype_bytes(config) == 2 else "fp32", rows, length)]
+    if ppo["critic"] == "separate":
+        trained.append(trained[0])
+    rm = int(ppo["reward"] != "oracle")
+    gen = config["generation"]["batch_size"] * config["rollout"]["max_total_tokens"]
+    return [
+        generation_spec("ppo_r2", config, frozen=1),
+        RuleSpec("ppo", trained, frozen=1 + rm, kv_tokens=gen, note="reference + RM frozen"),
+    ]
+
+
+def _online_specs(config: dict) -> list[RuleSpec]:
+    section = config["online_dpo"]
+    if not section["variants"]:
+        return []
+    k = section["samples_per_prompt"]
+    # One optimizer step's mini-batch: best and worst of K (DPO), all K (RLOO, PPO).
+    per_prompt = max(2 if v["loss"] == "dpo" else k for v in section["variants"])
+    sequences = section["prompts_per_step"] * per_prompt
+    trained = _trained(section, sequences, section["max_length"])
+    rm = int(section["reward"] != "oracle")
+    gen = generation_spec("online_dpo", config)
+    return [
+        replace(
+            gen,
+            trained=[trained],
+            frozen=gen.frozen + 1 + rm,
+            frozen_tokens=sequences * section["max_length"],
+            note="reference frozen; generator beside the learner",
+        )
+    ]
+
+
+def plan_config(config: dict, placements: dict[str, Placement]) -> list[RulePlan]:
+    """The plan of every GPU rule of `config`; a rule missing from `placements` asked no GPU."""
+    arch = architecture(config)
+    return [
+        plan_rule(spec, arch, config, placements.get(spec.rule, Placement(0)))
+        for spec in rule_specs(config)
+    ]
+
+
+def placement(rule: str, resources: dict) -> Placement:
+    """A rule's Placement from its resources: gpu, deepspeed (zero2 unless set) and gpu_mem_mb
+    (80 GiB unless set)."""
+    stage = str(resources.get("deepspeed") or "zero2")
+    mem_mb = resources.get("gpu_mem_mb")
+    return Placement(
+        int(resources.get("gpu") or 0),
+        int(stage.removeprefix("zero")),
+        rule in LAUNCHED_RULES,
+        gpu_bytes=float(mem_mb) * 1024**2 if mem_mb else GPU_BYTES,
+    )
+
+
+def profile_placements(profile: dict) -> dict[str, Placement]:
+    """Each rule's Placement from a Snakemake profile's default-resources and set-resources."""
+    default = profile.get("default-resources") or {}
+    return {
+        rule: placement(rule, {**default, **resources})
+        for rule, resources in (profile.get("set-resources") or {}).items()
+    }
+
+
+def first_misfit(plans: list[RulePlan]) -> RulePlan | None:
+    return next((p for p in plans if not p.fits), None)
+
+
+def check_fits(plans: list[RulePlan], source: str) -> None:
+    """Raise the one-line error of the first rule that does not fit its job's GPUs."""
+    misfit = first_misfit(plans)
+    if misfit is not None:
+        raise ReasonRLError(misfit_message(misfit, source))
+
+
+def misfit_message(plan: RulePlan, source: str) -> str:
+    """The one line a recipe that cannot fit fails with."""
+    if plan.gpus_needed:
+        need = f"it needs {plan.gpus_needed} such GPUs"
+    elif plan.launched:
+        need = "no job of up to 64 such GPUs fits it"
+    else:
+        need = "it runs on one GPU (not launched over several)"
+    return (
+        f"{source}: rule {plan.rule} needs {plan.total / GIB:.1f} GiB per GPU on {plan.gpus}"
+        f" GPU(s) (ZeRO-{plan.zero}), over the {plan.gpu_memory / GIB:.1f} GiB it may use;"
+        f" {need} ('reasonrl plan' prints the table)"
+    )
+
+
+def plan_rows(plans: list[RulePlan]) -> list[dict]:
+    """Table rows in GiB (one decimal)."""
+
+    def gib(x: float) -> float:
+        return round(x / GIB, 1)
+
+    return [
+        {
+            "rule": p.rule,
+            "GPUs": p.gpus,
+            "launched": "yes" if p.launched else "no",
+            "ZeRO": p.zero,
+            "params": gib(p.params),
+            "grads": gib(p.grads),
+            "optimizer": gib(p.optimizer),
+            "activations": gib(p.activations),
+            "other": gib(p.other),
+            "total": gib(p.total),
+            "usable": gib(p.gpu_memory),
+            "fits": "yes" if p.fits else "NO",
+            "GPUs needed": p.gpus_needed if p.gpus_needed else "-",
+        }
+        for p in plans
+    ]
