@@ -94,10 +94,11 @@ def test_a_figure_opened_from_the_menu_is_drawn(report_page):
     from selenium.webdriver.support.wait import WebDriverWait
 
     wait = WebDriverWait(report_page, 30)
-    wait.until(shown.element_to_be_clickable((By.XPATH, "//*[normalize-space()='Curves']"))).click()
-    wait.until(
-        shown.element_to_be_clickable((By.XPATH, "//*[normalize-space()='rounds.png']"))
-    ).click()
+    category = (By.XPATH, "//span[normalize-space()='Curves']")
+    wait.until(shown.element_to_be_clickable(category)).click()
+    # the eye button in the result's row shows it
+    view = "//td[normalize-space()='results/report/pages/rounds.png']/..//a[@iconname='eye']"
+    wait.until(shown.element_to_be_clickable((By.XPATH, view))).click()
     figure = wait.until(
         lambda page: next(
             (img for img in page.find_elements(By.TAG_NAME, "img")
