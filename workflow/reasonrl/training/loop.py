@@ -24,6 +24,7 @@ from transformers import get_cosine_schedule_with_warmup
 
 from reasonrl.io import follow_umask, write_csv, write_json
 from reasonrl.models import save_folder_atomically, to_device
+from reasonrl.tracking import NullTracker, Tracker
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ def train(
     settings: LoopSettings,
     checkpoints: CheckpointStore,
     on_step: StepHook | None = None,
+    tracker: Tracker | None = None,
 ) -> dict:
     """Run `settings.max_steps` optimizer steps; return {"history", "resumed_from", ...}.
 
@@ -115,8 +117,9 @@ def train(
     `on_step(step, model, history)` is called once with the starting step (0, or the step
     resumed from) and after every optimizer step, whose history entry it may extend with the
     stats it returns (online trainers send the new weights to their generator there).
+    `tracker` receives each step's history entry as it is made, and is closed at the end.
     """
-    loop = TrainingLoop(model, loss_fn, settings, checkpoints, on_step)
+    loop = TrainingLoop(model, loss_fn, settings, checkpoints, on_step, tracker)
     loop.run(micro_batch, settings.max_steps - loop.step)
     return loop.finish()
 
@@ -134,9 +137,11 @@ class TrainingLoop:
         settings: LoopSettings,
         checkpoints: CheckpointStore,
         on_step: StepHook | None = None,
+        tracker: Tracker | None = None,
     ):
         self.loss_fn, self.settings, self.checkpoints = loss_fn, settings, checkpoints
         self.on_step = on_step
+        self.tracker = tracker or NullTracker()
         accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
         torch.manual_seed(settings.seed)
         # A model with parts that learn at their own rates (PPO's policy and critic) names them.
@@ -183,9 +188,12 @@ class TrainingLoop:
             )  # fmt: skip
             self.step += 1
             stats.update(step=self.step, seconds=time.perf_counter() - t0)
+            if "tokens" in stats:
+                stats["tokens_per_s"] = stats["tokens"] / max(stats["seconds"], 1e-9)
             if self.on_step is not None:
                 stats.update(self.on_step(self.step, self.unwrapped_model, self.history) or {})
             self.history.append(stats)
+            self.tracker.log(self.step, stats)
             self.bar.update(1)
             if self.step % settings.log_every == 0 or self.step == settings.max_steps:
                 recent = self.history[-settings.log_every :]
@@ -197,6 +205,7 @@ class TrainingLoop:
     def finish(self) -> dict:
         """{"history", "resumed_from", "train_seconds", "model", "state_dict"}."""
         self.bar.close()
+        self.tracker.close()
         self.accelerator.wait_for_everyone()
         return {
             "history": self.history,

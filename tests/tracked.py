@@ -1,0 +1,36 @@
+"""Helpers of the tracking tests: point a run's tracking at a folder, read TensorBoard back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reasonrl.tracking import ENV_VAR
+
+# What every training step logs, whatever the method.
+COMMON = {"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "seconds"}
+
+
+def event_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag of the TensorBoard event files in `folder`, read by TensorBoard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+
+
+def track(monkeypatch, tmp_path: Path, backend: str, run_name: str = "run1") -> Path:
+    """Point the invocation's tracking at `tmp_path/tracking` (what the Snakefile does)."""
+    settings = {
+        "backend": backend,
+        "dir": str(tmp_path / "tracking"),
+        "project": "proj",
+        "run_name": run_name,
+        "offline": True,
+    }
+    monkeypatch.setenv(ENV_VAR, json.dumps(settings))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "tracking"
