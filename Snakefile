@@ -29,7 +29,10 @@ except ReasonRLError as err:
     exit_with(err)
 
 # One tracking run name per invocation, in the environment every rule (and SLURM job) inherits.
-os.environ[ENV_VAR] = workflow_environment(config, os.environ)
+try:
+    os.environ[ENV_VAR] = workflow_environment(config, os.environ)
+except ReasonRLError as err:
+    exit_with(err)
 
 
 include: "workflow/rules/common.smk"

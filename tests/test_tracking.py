@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tracked import COMMON, event_scalars, track
+from tracked import COMMON, assert_one_tracking_run, event_scalars, track
 
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
@@ -75,6 +75,16 @@ def test_one_run_name_per_invocation_inherited_by_its_jobs():
     assert json.loads(workflow_environment(named, {ENV_VAR: json.dumps(first)}))["run_name"] == (
         "mine"
     )
+
+
+def test_a_malformed_tracking_variable_is_one_line_naming_it():
+    with pytest.raises(ReasonRLError, match=f"environment variable {ENV_VAR}"):
+        workflow_environment(validate_config({}), {ENV_VAR: '{"backend": "tensorboard"'})
+
+
+@pytest.mark.workflow
+def test_every_training_job_of_a_workflow_run_logs_under_one_run_name(test_run):
+    assert_one_tracking_run(test_run)
 
 
 def test_outside_a_workflow_nothing_is_tracked(sft_inputs, tmp_path, monkeypatch):

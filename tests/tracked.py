@@ -34,3 +34,27 @@ def track(monkeypatch, tmp_path: Path, backend: str, run_name: str = "run1") -> 
     monkeypatch.setenv(ENV_VAR, json.dumps(settings))
     monkeypatch.chdir(tmp_path)
     return tmp_path / "tracking"
+
+
+def trained_folders(workdir: Path) -> list[str]:
+    """Output folders (below results/) of the training jobs a workflow run made: a model
+    with the loop's metrics.csv."""
+    return sorted(
+        str(path.parent.relative_to(workdir / "results"))
+        for path in (workdir / "results").rglob("metrics.csv")
+        if (path.parent / "config.json").exists()
+    )
+
+
+def assert_one_tracking_run(workdir: Path) -> None:
+    """Every training job of the invocation logged each step under one run name."""
+    (run,) = (workdir / "logs/tracking").iterdir()
+    jobs = trained_folders(workdir)
+    assert "models/sft-tool" in jobs
+    logged = sorted(
+        str(path.parent.relative_to(run)) for path in run.rglob("events.out.tfevents.*")
+    )
+    assert logged == jobs
+    for job in jobs:
+        rows = (workdir / "results" / job / "metrics.csv").read_text().splitlines()
+        assert len(event_scalars(run / job)["loss"]) == len(rows) - 1, job

@@ -79,8 +79,8 @@ def workflow_environment(config: Mapping, environ: Mapping[str, str]) -> str:
     (the configured one, else the one an enclosing invocation passed down, else a new one)."""
     section = dict(config["tracking"])
     if not section["run_name"]:
-        inherited = json.loads(environ[ENV_VAR])["run_name"] if ENV_VAR in environ else ""
-        section["run_name"] = inherited or new_run_name(config)
+        inherited = settings_from_environment(environ)
+        section["run_name"] = inherited.run_name if inherited else new_run_name(config)
     return json.dumps(asdict(TrackingSettings(**section)), sort_keys=True)
 
 
