@@ -1,7 +1,10 @@
 # reasonrl: post-train language models for math and code reasoning.
 # build (or convert) base policy -> make task data -> SFT (tool, cot) -> evaluate -> report
+import os
+
 from reasonrl.config import read_yaml, validate_config
 from reasonrl.errors import ReasonRLError, exit_with
+from reasonrl.tracking import ENV_VAR, workflow_environment
 
 # Snakemake's own message for a malformed config file names neither the file nor the line.
 try:
@@ -22,6 +25,12 @@ report: "workflow/report/workflow.rst"
 config_files = " + ".join(map(str, workflow.configfiles)) or "config"
 try:
     config.update(validate_config(config, config_files))
+except ReasonRLError as err:
+    exit_with(err)
+
+# One tracking run name per invocation, in the environment every rule (and SLURM job) inherits.
+try:
+    os.environ[ENV_VAR] = workflow_environment(config, os.environ)
 except ReasonRLError as err:
     exit_with(err)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from isolation import default_signals
+from tracked import COMMON, event_scalars, track
 
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
@@ -243,6 +244,22 @@ def test_learner_data_carries_the_configured_lag(online_setup, name):
     assert not (folder / f".online-{name}.rounds").exists()
     for key in ("reward", "kl", "ref_perplexity", "gen_seconds", "elapsed", "weight_push_seconds"):
         assert key in saved["history"][-1]
+
+
+def test_online_dpo_signals_reach_tensorboard_each_step(online_setup, tmp_path, monkeypatch):
+    config, folder = online_setup
+    root = track(monkeypatch, tmp_path, "tensorboard")
+    policy, train = str(folder / "policy"), str(folder / "train.jsonl")
+    history = run_online(config, "sync", policy, train, "tool", 1, "results/models/online-sync")[
+        "history"
+    ]
+    scalars = event_scalars(root / "run1/models/online-sync")
+    signals = {"reward", "reward_std", "kl", "win_margin", "pairs", "lag", "policy_version"}
+    assert COMMON | signals <= scalars.keys()
+    for key in COMMON | signals:
+        assert scalars[key] == [(h["step"], pytest.approx(h[key], rel=1e-6)) for h in history]
+    dpo_steps = [h for h in history if "reward_margin" in h]  # steps with a decisive pair
+    assert [s for s, _ in scalars.get("reward_margin", [])] == [h["step"] for h in dpo_steps]
 
 
 def test_generator_updates_weights_without_restart(online_setup):

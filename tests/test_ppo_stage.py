@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tracked import COMMON, event_scalars, track
 from transformers import AutoModelForSequenceClassification
 
 from reasonrl.chat import render
@@ -170,6 +171,30 @@ def test_ppo_resumes_exactly(tiny_policy, reward_model, problems, tmp_path, monk
     assert resumed["resumed_from"] == straight["steps_per_iteration"]
     losses = [h["loss"] for h in straight["history"]]
     assert [h["loss"] for h in resumed["history"]] == pytest.approx(losses, rel=1e-5)
+
+
+def test_ppo_signals_reach_tensorboard_each_step(
+    tiny_policy, reward_model, problems, tmp_path, monkeypatch
+):
+    """Clip fraction, value loss and the policy's KL to the SFT reference every step; the
+    iteration's reward mean/std and held-out score on its first step."""
+    root = track(monkeypatch, tmp_path, "tensorboard")
+    config = ppo_config(iterations=2, variants=[{"name": "br", "filter": "br"}])
+    args = ("br", str(tiny_policy), str(reward_model), str(problems), "results/ppo/br")
+    history = run_ppo(config, *args)["history"]
+    scalars = event_scalars(root / "run1/ppo/br")
+    per_step = {"policy_loss", "value_loss", "clip_fraction", "approx_kl", "kl_ref"}
+    per_iteration = {"reward_sampled", "reward_std", "reward_buffer", "heldout_pass"}
+    assert COMMON | per_step | per_iteration <= scalars.keys()
+    for key in COMMON | per_step | per_iteration:
+        assert scalars[key] == [
+            (h["step"], pytest.approx(h[key], rel=1e-6, abs=1e-6)) for h in history
+        ]
+    first = [h for h in history if h["reward_sampled"]]
+    assert first and all(h["reward_std"] > 0 for h in first)
+    # The first iteration samples from the SFT policy itself: no KL to it yet.
+    assert history[0]["kl_ref"] == pytest.approx(0.0, abs=1e-4)
+    assert history[-1]["kl_ref"] != pytest.approx(0.0, abs=1e-4)
 
 
 def test_strategy_r2_writes_table_and_plot(tiny_policy, reward_model, problems, tmp_path):

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from run_results import differing_results
 from slurm_cluster import SlurmCluster, missing_programs
+from tracked import assert_one_tracking_run
 
 REPO = Path(__file__).resolve().parents[1]
 # Building the image or running the workflow on SLURM (the session fixtures) can take longer
@@ -188,6 +189,12 @@ def slurm_run(cluster, tmp_path_factory) -> Path:
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_slurm_run_gives_the_local_runs_results(slurm_run, test_run):
     assert differing_results(test_run, slurm_run) == []
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_slurm_jobs_track_under_one_run_name(slurm_run):
+    assert_one_tracking_run(slurm_run)
 
 
 @pytest.mark.workflow

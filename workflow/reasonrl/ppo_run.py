@@ -124,6 +124,7 @@ ITERATION_KEYS = (
     "buffer_rows",
     "reward_sampled",
     "reward_buffer",
+    "reward_std",
     "heldout_pass",
     "heldout_reward",
 )
@@ -240,6 +241,7 @@ class PPORun:
             buffer_rows=float(len(picked)),
             reward_sampled=float(flat.mean()),
             reward_buffer=float(flat[picked].mean()),
+            reward_std=float(flat.std()) if len(flat) > 1 else 0.0,
         )
         return self.experience([rows[j]["messages"] for j in picked], normalised[picked])
 
@@ -279,6 +281,8 @@ class PPORun:
             "input_ids": ids,
             "attention_mask": attention,
             "action_mask": action,
+            # each row's KL(pi_old || pi_sft) estimate, summed over its actions (the penalty's)
+            "ref_kl": ((old_logps - ref_logps) * action).sum(-1),
             "old_logps": old_logps * action,
             "old_values": old_values * action,
             "advantages": advantages,
@@ -287,12 +291,14 @@ class PPORun:
 
 
 class PPOObjectiveWithInfo(PPOObjective):
-    """PPOObjective that passes the batch's iteration info through to the loop's history."""
+    """PPOObjective that passes the batch's iteration info and the mean KL of its rows to the
+    SFT reference through to the loop's history."""
 
     def __call__(self, model, batch):
         info = batch.pop("info")
+        ref_kl = batch.pop("ref_kl")
         loss, stats = super().__call__(model, batch)
-        stats.update(info)
+        stats.update(info, kl_ref=float(ref_kl.mean()))
         return loss, stats
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.tracking import ENV_VAR as TRACKING_ENV
 
 # Thread counts Snakemake sets for the rule, and the GPU selection of a scheduler.
 FORWARDED_ENV = (
@@ -30,6 +31,7 @@ FORWARDED_ENV = (
     "NUMEXPR_NUM_THREADS",
     "CUDA_VISIBLE_DEVICES",
     "PYTHONHASHSEED",
+    TRACKING_ENV,  # the invocation's tracking run (reasonrl.tracking)
 )
 # What root needs to build the sandbox's namespaces (and its loopback) without a user namespace.
 ROOT_SANDBOX_CAPABILITIES = ["SYS_ADMIN", "NET_ADMIN"]

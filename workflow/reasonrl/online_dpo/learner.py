@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import statistics
 import time
 from pathlib import Path
 
@@ -142,6 +143,7 @@ class Learner:
         version = payload["version"]
         batch["metrics"] = {
             "reward": sum(rewards) / len(rewards),
+            "reward_std": statistics.pstdev(rewards),
             "correct": sum(row["correct"] for row in rows) / len(rows),
             "win_margin": sum(margins) / len(margins) if margins else 0.0,
             "pairs": float(len(pairs)),

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import torch
+from accelerate import PartialState
 
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
+from reasonrl.tracking import Tracker, open_tracker, settings_from_environment
 from reasonrl.training.loop import (
     CheckpointStore,
     LoopSettings,
@@ -71,7 +74,7 @@ class TrainingRun:
         on_step: StepHook | None = None,
     ) -> dict:
         """The shared loop: `batches(i)` is micro-batch i, `loss_fn(model, batch)` its loss."""
-        return train(model, batches, loss_fn, settings, self.checkpoints, on_step)
+        return train(model, batches, loss_fn, settings, self.checkpoints, on_step, self.tracker())
 
     def start(
         self,
@@ -82,7 +85,21 @@ class TrainingRun:
     ) -> TrainingLoop:
         """The shared loop, set up and resumed, for a stage that makes its data between
         updates: it calls `run(batches, steps)` per update, then `finish()` for fit's result."""
-        return TrainingLoop(model, loss_fn, settings, self.checkpoints, on_step)
+        return TrainingLoop(model, loss_fn, settings, self.checkpoints, on_step, self.tracker())
+
+    def tracker(self) -> Tracker | None:
+        """The invocation's tracker (REASONRL_TRACKING), logging under RUN_NAME/JOB where JOB
+        is the output folder less results/ (models/sft-tool, rm/arith/prm): unique per rule
+        and wildcards. Only the main process of accelerate launch logs."""
+        if not PartialState().is_main_process:
+            return None
+        return open_tracker(settings_from_environment(os.environ), self.job)
+
+    @property
+    def job(self) -> str:
+        out = self.out.resolve()
+        parts = out.relative_to(Path.cwd()).parts if out.is_relative_to(Path.cwd()) else ()
+        return "/".join(parts[1:] if parts[:1] == ("results",) else parts) or out.name
 
     def metrics(self, result: dict, identity: dict, extra: dict, timed: bool = True) -> dict:
         """metrics.json: name, the run's `identity`, steps, resume point, final loss, train

@@ -18,8 +18,12 @@ def masked_lm_loss(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, d
     loss = F.cross_entropy(
         logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=IGNORE
     )
+    scored = targets != IGNORE
+    # ORM/PRM train only on their label tokens: this is the label (PRM: step) accuracy.
+    right = (logits.argmax(-1) == targets) & scored
     stats = {
         "tokens": float(batch["num_tokens"].sum()),
-        "target_tokens": float((targets != IGNORE).sum()),
+        "target_tokens": float(scored.sum()),
+        "token_accuracy": float(right.sum() / scored.sum().clamp(min=1)),
     }
     return loss, stats

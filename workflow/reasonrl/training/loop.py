@@ -23,6 +23,7 @@ from transformers import get_cosine_schedule_with_warmup
 
 from reasonrl.io import follow_umask, replace_durably, write_csv, write_json, write_text
 from reasonrl.models import save_folder_atomically, to_device
+from reasonrl.tracking import NullTracker, Tracker
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ def train(
     settings: LoopSettings,
     checkpoints: CheckpointStore,
     on_step: StepHook | None = None,
+    tracker: Tracker | None = None,
 ) -> dict:
     """Run `settings.max_steps` optimizer steps; return {"history", "resumed_from", ...}.
 
@@ -114,8 +116,9 @@ def train(
     `on_step(step, model, history)` is called once with the starting step (0, or the step
     resumed from) and after every optimizer step, whose history entry it may extend with the
     stats it returns (online trainers send the new weights to their generator there).
+    `tracker` receives each step's history entry as it is made, and is closed at the end.
     """
-    loop = TrainingLoop(model, loss_fn, settings, checkpoints, on_step)
+    loop = TrainingLoop(model, loss_fn, settings, checkpoints, on_step, tracker)
     loop.run(micro_batch, settings.max_steps - loop.step)
     return loop.finish()
 
@@ -133,9 +136,11 @@ class TrainingLoop:
         settings: LoopSettings,
         checkpoints: CheckpointStore,
         on_step: StepHook | None = None,
+        tracker: Tracker | None = None,
     ):
         self.loss_fn, self.settings, self.checkpoints = loss_fn, settings, checkpoints
         self.on_step = on_step
+        self.tracker = tracker or NullTracker()
         accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
         torch.manual_seed(settings.seed)
         # A model with parts that learn at their own rates (PPO's policy and critic) names them.
@@ -182,9 +187,12 @@ class TrainingLoop:
             )  # fmt: skip
             self.step += 1
             stats.update(step=self.step, seconds=time.perf_counter() - t0)
+            if "tokens" in stats:
+                stats["tokens_per_s"] = stats["tokens"] / max(stats["seconds"], 1e-9)
             if self.on_step is not None:
                 stats.update(self.on_step(self.step, self.unwrapped_model, self.history) or {})
             self.history.append(stats)
+            self.tracker.log(self.step, stats)
             self.bar.update(1)
             if self.step % settings.log_every == 0 or self.step == settings.max_steps:
                 recent = self.history[-settings.log_every :]
@@ -196,6 +204,7 @@ class TrainingLoop:
     def finish(self) -> dict:
         """{"history", "resumed_from", "train_seconds", "model", "state_dict"}."""
         self.bar.close()
+        self.tracker.close()
         self.accelerator.wait_for_everyone()
         return {
             "history": self.history,
