@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 
 from reasonrl.config import load_config
@@ -452,12 +453,16 @@ def _ppo_stages(stage) -> None:
     p.add_argument("--out-dir", required=True)
 
 
-def _quiet_libraries() -> None:
-    # Weight-loading bars and library chatter would bury the one-line errors and the logs.
-    from transformers.utils import logging as hf_logging
+# Weight-loading bars and library chatter would bury the one-line errors and the logs. Set
+# through the environment, which transformers and the hub client read when they are imported:
+# importing them here would cost stages that load no model a second or two before they can
+# report a bad input. A value the user set is kept.
+QUIET_LIBRARIES = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+
+def _quiet_libraries() -> None:
+    for name, value in QUIET_LIBRARIES.items():
+        os.environ.setdefault(name, value)
     logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
@@ -470,6 +475,7 @@ def _check_models(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    _quiet_libraries()
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True
@@ -479,7 +485,6 @@ def main(argv: list[str] | None = None) -> None:
             # Sub-commands that are not stages (containers ...) take no experiment config.
             config = load_config(args.config, args.config_json) if "config" in args else {}
             _check_models(args)
-            _quiet_libraries()  # after the config: a bad one is reported without the import
             args.func(args, config)
         except ReasonRLError as err:
             exit_with(err)
