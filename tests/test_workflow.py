@@ -59,6 +59,7 @@ def test_default_dag_builds_tiny_policy_sfts_both_styles_and_evaluates_three_pol
         "sft": 2,
         "evaluate": 6,
         "report": 1,
+        "report_pages": 1,
         "augment_prompts": 1,
         "sample_round": 3,
         "label_preferences": 3,
