@@ -113,7 +113,7 @@ def test_sft_steps_reach_tensorboard_under_run_and_job(sft_inputs, tmp_path, mon
     for key in COMMON | {"token_accuracy"}:
         assert scalars[key] == [(h["step"], pytest.approx(h[key], rel=1e-6)) for h in history], key
     assert [s for s, _ in scalars["loss"]] == [1, 2, 3, 4]
-    assert all(v > 0 for _, v in scalars["tokens_per_s"])
+    assert all(v > 0 for _, v in scalars["tokens_per_second"])
 
 
 @pytest.fixture(scope="module")

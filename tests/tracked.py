@@ -8,7 +8,7 @@ from pathlib import Path
 from reasonrl.tracking import ENV_VAR
 
 # What every training step logs, whatever the method.
-COMMON = {"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "seconds"}
+COMMON = {"loss", "lr", "grad_norm", "tokens", "tokens_per_second", "seconds"}
 
 
 def event_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
