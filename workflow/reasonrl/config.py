@@ -290,14 +290,18 @@ def load_config(path: str | Path | None = None, json_text: str | None = None) ->
         return validate_config(raw, "--config-json", stage=True)
     if path is None:
         return validate_config({})
-    path = Path(path)
+    return validate_config(_read_mapping(path), str(path))
+
+
+def _read_mapping(path: str | Path) -> dict | None:
+    """A config file's mapping (None for an empty file), one-line errors naming the file."""
     try:
-        raw = read_yaml(path)
+        raw = read_yaml(Path(path))
     except FileNotFoundError:
         raise ReasonRLError(f"{path}: config file not found") from None
     if raw is not None and not isinstance(raw, dict):
         raise ReasonRLError(f"{path}: a config must be a mapping")
-    return validate_config(raw, str(path))
+    return raw
 
 
 def _merged(base: dict, update: dict) -> dict:
@@ -318,11 +322,5 @@ def load_workflow_config(configfiles: list[str], default: str = "config/config.y
     merged: dict = {}
     sources = [default] if Path(default).is_file() else []
     for path in sources + list(configfiles):
-        try:
-            raw = read_yaml(path)
-        except FileNotFoundError:
-            raise ReasonRLError(f"{path}: config file not found") from None
-        if raw is not None and not isinstance(raw, dict):
-            raise ReasonRLError(f"{path}: a config must be a mapping")
-        merged = _merged(merged, raw or {})
+        merged = _merged(merged, _read_mapping(path) or {})
     return validate_config(merged, " + ".join(map(str, sources + list(configfiles))))
