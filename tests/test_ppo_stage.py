@@ -223,6 +223,15 @@ def _mean_reward(policy_dir, reward_model, problems, seed) -> float:
 
 
 @pytest.mark.learning
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "2026-11-25: mean RM reward after PPO 0.451 against the SFT start's 0.765 (+0.1 "
+        "required), in CI and here; the same failure at 64d6f7a (whose CI passed this test) "
+        "with today's .venv, whose lock only added packages (no pin changed): the cause is "
+        "in the environment, not yet found"
+    ),
+)
 def test_ppo_raises_mean_reward_over_sft(tiny_policy, reward_model, problems, tmp_path):
     config = ppo_config(
         iterations=8,
