@@ -222,17 +222,14 @@ def _mean_reward(policy_dir, reward_model, problems, seed) -> float:
     return sum(scores) / len(scores)
 
 
+# The best checkpoint is chosen by greedy reward on the run's own held-out prompts and measured
+# on eight problems the run never sees. With 2 selection prompts (the earlier design) seed 0
+# chose iteration 1, whose sampled reward on those prompts fell (0.765 -> 0.451) while every
+# later iteration's rose. With 8 selection prompts and 8 unseen test problems, seeds 0-4 gave
+# 0.390 -> 1.479 / 1.125 / 2.410 / 0.608 / 0.642 (2026-11-25).
 @pytest.mark.learning
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "2026-11-25: mean RM reward after PPO 0.451 against the SFT start's 0.765 (+0.1 "
-        "required), in CI and here; the same failure at 64d6f7a (whose CI passed this test) "
-        "with today's .venv, whose lock only added packages (no pin changed): the cause is "
-        "in the environment, not yet found"
-    ),
-)
-def test_ppo_raises_mean_reward_over_sft(tiny_policy, reward_model, problems, tmp_path):
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_raises_mean_reward_over_sft(tiny_policy, reward_model, problems, tmp_path, seed):
     config = ppo_config(
         iterations=8,
         prompts_per_iteration=8,
@@ -241,19 +238,25 @@ def test_ppo_raises_mean_reward_over_sft(tiny_policy, reward_model, problems, tm
         policy_lr=1e-2,
         critic_lr=1e-2,
         kl_beta=0.01,
+        heldout_prompts=8,
         variants=[{"name": "br", "filter": "br"}],
     )
+    config["seed"] = seed
+    rows = read_jsonl(problems, schema="problem")
+    seen, unseen = rows[:32], rows[32:]  # PPO trains on 24 and selects on 8 of `seen`
+    write_jsonl(tmp_path / "seen.jsonl", seen, schema="problem")
     out = tmp_path / "ppo-br"
-    metrics = run_ppo(config, "br", str(tiny_policy), str(reward_model), str(problems), out)
-    held = read_jsonl(problems, schema="problem")[-2:]
-    before = _mean_reward(tiny_policy, reward_model, held, seed=123)
-    after = _mean_reward(out, reward_model, held, seed=123)
+    metrics = run_ppo(
+        config, "br", str(tiny_policy), str(reward_model), str(tmp_path / "seen.jsonl"), out
+    )
+    before = _mean_reward(tiny_policy, reward_model, unseen, seed=123)
+    after = _mean_reward(out, reward_model, unseen, seed=123)
     trend = [(it["reward_sampled"], it["heldout_reward"]) for it in metrics["iterations"]]
     print(f"mean RM reward SFT {before:.4f} -> PPO {after:.4f}; (sampled, held-out): {trend}")
     print(f"best iteration {metrics['best_iteration']}, final {metrics['final_heldout']}")
     sampled = [it["reward_sampled"] for it in metrics["iterations"]]
     assert sampled[-1] > sampled[0] + 0.5  # the training samples' reward rises
-    assert after > before + 0.1  # and so does the returned (best) policy's, on held-out prompts
+    assert after > before + 0.1  # and so does the returned (best) policy's, on unseen prompts
     shutil.rmtree(out)
 
 
