@@ -238,6 +238,8 @@ def test_run_outputs_match_their_schemas(test_run):
         assert metrics["n_problems"] == len(problems)
         assert len(trajectories) == len(problems) * (1 + metrics["n_samples"])  # greedy + samples
         assert 0.0 <= metrics["greedy_pass@1"] <= 1.0
+        assert ("copy_accuracy" in metrics) == (metrics["style"] == "tool")  # arith, tool only
+        assert 0.0 <= metrics.get("copy_accuracy", 0.0) <= 1.0
     for name in ("summary.csv", "summary.md", "index.md", "pass_at_1.png", "sft_loss.png"):
         assert (test_run / "results/report" / name).stat().st_size > 0
     assert not list(test_run.glob("results/models/.*.ckpt")), "checkpoints left behind"

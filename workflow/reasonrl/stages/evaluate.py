@@ -16,6 +16,7 @@ from reasonrl.metrics import metrics_rows, summarize
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.shards import ShardStore, fingerprint, shard_seed
+from reasonrl.tasks.arith import copy_summary
 from reasonrl.tasks.grading import normalize_answer
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,14 @@ def evaluate_policy(
     made = shards.map("problems", problems, generation["shard_size"], shard)
     greedy, sampled = made.get("greedy", []), made.get("sampled", [])
     metrics = summarize(greedy, sampled, section["k"], normalize=normalize_answer)
+    if style == "tool" and all(_kind(config, p["task"]) == "arith" for p in problems):
+        # whether the policy copies the question's numbers: the skill SFT seeds differ in
+        metrics.update(copy_summary(problems, greedy))
     return greedy + sampled, metrics
+
+
+def _kind(config: dict, task: str) -> str | None:
+    return config["tasks"].get(task, {}).get("kind")
 
 
 def code_eval(

@@ -249,6 +249,30 @@ def copy_accuracy(gold_program: str, code: str) -> float:
     return sum(g == w for g, w in zip(gold, written, strict=False)) / len(gold)
 
 
+_PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
+def assistant_code(messages: list[dict]) -> str:
+    """The ```python blocks of the assistant turns, joined in order."""
+    turns = (m["content"] for m in messages if m["role"] == "assistant")
+    return "".join(block for text in turns for block in _PYTHON_BLOCK.findall(text))
+
+
+def copy_summary(problems: list[dict], trajectories: list[dict]) -> dict[str, float]:
+    """Mean copy accuracy of one tool trajectory per problem against the problem's gold
+    program, and the share of problems with every constant copied."""
+    gold = {p["id"]: assistant_code(p["solutions"]["tool"]) for p in problems}
+    scores = [
+        copy_accuracy(gold[t["problem_id"]], assistant_code(t["messages"])) for t in trajectories
+    ]
+    if not scores:
+        return {}
+    return {
+        "copy_accuracy": sum(scores) / len(scores),
+        "all_constants_copied": sum(s == 1.0 for s in scores) / len(scores),
+    }
+
+
 def _step(rng: random.Random, total: int, top: int) -> Step:
     while True:
         kind = rng.choice(sorted(OPERATIONS))
