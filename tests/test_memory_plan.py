@@ -34,6 +34,15 @@ GPU_RULES = (
     "ppo",
     "online_dpo",
 )
+SPLIT_RULES = (
+    "evaluate",
+    "sample_round",
+    "sample_rm_data",
+    "annotate_prm",
+    "best_of_n",
+    "hgs_search",
+)
+PART_RULES = tuple(f"{rule}_part" for rule in SPLIT_RULES)
 RECIPES = sorted(p.name for p in (REPO / "config").glob("gpu-*.yaml"))
 
 
@@ -194,7 +203,18 @@ def test_every_recipe_fits_on_eight_80gb_gpus(name):
 def test_the_planner_sees_every_gpu_rule_of_the_profile():
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     gpu_rules = {r for r, res in profile["set-resources"].items() if res.get("gpu")}
-    assert gpu_rules == set(GPU_RULES)
+    assert gpu_rules == set(GPU_RULES + PART_RULES)
+
+
+def test_a_split_stages_part_jobs_are_planned_like_the_stage():
+    config = load_workflow_config([str(REPO / "config/gpu-mdpo-mistral-7b.yaml")])
+    config["split"] = {**config["split"], "evaluate": 4, "sample_round": 8}
+    placements = {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES + PART_RULES}
+    plans = {p.rule: p for p in mp.plan_config(config, placements)}
+    assert {"evaluate_part", "sample_round_part"} <= set(plans)
+    assert "best_of_n_part" not in plans  # not split: no part jobs
+    for rule in ("evaluate", "sample_round"):
+        assert plans[f"{rule}_part"].total == plans[rule].total
 
 
 def test_a_local_folders_config_json_gives_the_architecture(tmp_path):

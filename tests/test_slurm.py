@@ -34,7 +34,17 @@ PROFILE = REPO / "profiles/slurm/config.yaml"
 # Keys that need Apptainer, which this machine kind cannot install.
 APPTAINER_KEYS = ("software-deployment-method", "apptainer-args")
 # The local reference run (--cores 2) gives the torch stages one thread each; so do we.
-SAME_THREADS = ["--set-threads", "build_tiny_policy=1", "sft=1", "evaluate=1"]
+SAME_THREADS = ["--set-threads", "build_tiny_policy=1", "sft=1", "evaluate=1", "evaluate_part=1"]
+# Every generation stage spread over part jobs (config `split`): the outputs must still be the
+# local one-job run's, byte for byte.
+SPLIT = {
+    "evaluate": 4,
+    "sample_round": 2,
+    "sample_rm_data": 2,
+    "annotate_prm": 2,
+    "best_of_n": 2,
+    "hgs_search": 2,
+}
 
 
 def profile_without_apptainer(folder: Path) -> Path:
@@ -169,13 +179,16 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def slurm_run(cluster, tmp_path_factory) -> Path:
-    """config/test.yaml through the SLURM executor, with profiles/slurm (minus Apptainer)."""
+    """config/test.yaml through the SLURM executor, with profiles/slurm (minus Apptainer) and
+    every generation stage split into part jobs."""
     workdir = tmp_path_factory.mktemp("slurm-run")
     shutil.copytree(REPO / "config", workdir / "config")
+    (workdir / "split.yaml").write_text(yaml.safe_dump({"split": SPLIT}))
     profile = profile_without_apptainer(workdir / "profile")
     env = {**cluster.env, "PATH": f"{VENV_BIN}{os.pathsep}{cluster.env['PATH']}"}
     command = [str(VENV_BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile")]
-    command += ["--profile", str(profile), "--configfile", "config/test.yaml", *SAME_THREADS]
+    command += ["--profile", str(profile), "--configfile", "config/test.yaml", "split.yaml"]
+    command += SAME_THREADS
     result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         pytest.fail(
@@ -205,6 +218,23 @@ def test_every_job_ran_as_a_slurm_job(slurm_run, test_run):
     assert [p.relative_to(slurm_run) for p in manifests] == [p.relative_to(test_run) for p in local]
     for path in manifests:
         assert "SLURM_JOB_ID" in json.loads(path.read_text())["scheduler"], path
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_a_split_stage_ran_as_part_jobs_on_slurm(slurm_run):
+    """Each gathered output names the SLURM jobs of its parts: four distinct ones for an
+    evaluation split four ways, each with one of arith's four shards."""
+    manifest = json.loads((slurm_run / "results/eval/sft-tool/arith/manifest.json").read_text())
+    parts = manifest["parts"]
+    assert [(p["part"], p["count"], p["made"]) for p in parts] == [(i, 4, 1) for i in range(4)]
+    jobs = {p["scheduler"]["SLURM_JOB_ID"] for p in parts}
+    assert len(jobs) == 4 and manifest["scheduler"]["SLURM_JOB_ID"] not in jobs
+    for path in (slurm_run / "results").rglob("manifest.json"):
+        stage = json.loads(path.read_text())["stage"]
+        if stage in ("sample-round", "sample-rm-data", "annotate-prm", "best-of-n", "hgs-search"):
+            assert len(json.loads(path.read_text())["parts"]) == 2, path
+    assert not list((slurm_run / "results").rglob("*.parts/*"))  # temp: gone once gathered
 
 
 @pytest.mark.workflow

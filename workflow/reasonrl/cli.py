@@ -54,7 +54,9 @@ def evaluate(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.evaluate import evaluate as run
 
     policy = args.policy or Path(args.out_dir).parent.name
-    run(config, args.model, args.style, args.task, args.problems, policy, args.out_dir)
+    run(
+        config, args.model, args.style, args.task, args.problems, policy, args.out_dir, _split(args)
+    )
 
 
 def code_eval(args: argparse.Namespace, config: dict) -> None:
@@ -85,6 +87,27 @@ def augment_prompts(args: argparse.Namespace, config: dict) -> None:
     run(config, args.task, args.train, eval_sets, args.rounds, args.out_dir)
 
 
+def _split(args: argparse.Namespace):
+    from reasonrl.shards import Split
+
+    return Split.parse(args.part, args.parts)
+
+
+def _add_split_arguments(p: argparse.ArgumentParser) -> None:
+    """--part and --parts: a generation stage spread over jobs (reasonrl.shards.Split)."""
+    p.add_argument(
+        "--part",
+        metavar="I/N",
+        help="make only shards I, I+N, I+2N, ... and publish them as --out-dir (a part job)",
+    )
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        metavar="DIR",
+        help="part jobs' folders, whose shards this job takes as made (the gathering job)",
+    )
+
+
 def _name_value(item: str, flag: str) -> tuple[str, str]:
     name, sep, value = item.partition("=")
     if not sep or not name or not value:
@@ -102,7 +125,7 @@ def sample_round(args: argparse.Namespace, config: dict) -> None:
         if not sep or not count.isdigit():
             raise ReasonRLError(f"--sampler expects NAME=MODEL:N, got '{item}'")
         samplers.append((name, model, int(count)))
-    run(config, args.prompts, samplers, args.round, args.out_dir, args.style)
+    run(config, args.prompts, samplers, args.round, args.out_dir, args.style, _split(args))
 
 
 def label_preferences(args: argparse.Namespace, config: dict) -> None:
@@ -177,15 +200,19 @@ def online_dpo_table(args: argparse.Namespace, config: dict) -> None:
 def sample_rm_data(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.reward_models import sample_rm_data as run
 
-    stats = run(config, args.model, args.problems, args.out_dir)
-    log.info("%d reward-model samples, accuracy %.3f", stats["samples"], stats["accuracy"])
+    split = _split(args)
+    stats = run(config, args.model, args.problems, args.out_dir, split)
+    if not split.is_part:
+        log.info("%d reward-model samples, accuracy %.3f", stats["samples"], stats["accuracy"])
 
 
 def annotate_prm(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.reward_models import annotate_prm as run
 
-    metrics = run(config, args.model, args.problems, args.samples, args.out_dir)
-    log.info("%.2f annotation rollouts/s", metrics["rollouts_per_second"])
+    split = _split(args)
+    metrics = run(config, args.model, args.problems, args.samples, args.out_dir, split)
+    if not split.is_part:
+        log.info("%.2f annotation rollouts/s", metrics["rollouts_per_second"])
 
 
 def mutate_code_prm(args: argparse.Namespace, config: dict) -> None:
@@ -209,8 +236,13 @@ def _reward_model_folders(args: argparse.Namespace) -> dict[str, str]:
 def best_of_n(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.reward_models import best_of_n as run
 
-    table = run(config, args.policy, args.problems, _reward_model_folders(args), args.out_dir)
-    log.info("best-of-N over %d problems, greedy %.3f", table["n_problems"], table["greedy_pass@1"])
+    split = _split(args)
+    folders = _reward_model_folders(args)
+    table = run(config, args.policy, args.problems, folders, args.out_dir, split)
+    if not split.is_part:
+        log.info(
+            "best-of-N over %d problems, greedy %.3f", table["n_problems"], table["greedy_pass@1"]
+        )
 
 
 def score_rlhflow(args: argparse.Namespace, config: dict) -> None:
@@ -223,8 +255,10 @@ def score_rlhflow(args: argparse.Namespace, config: dict) -> None:
 def hgs_search(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.reward_models import hgs_search as run
 
-    metrics = run(config, args.policy, args.prm, args.problems, args.best_of_n, args.out_dir)
-    log.info("HGS-PRM accuracy %.3f", metrics["hgs"]["accuracy"])
+    split = _split(args)
+    metrics = run(config, args.policy, args.prm, args.problems, args.best_of_n, args.out_dir, split)
+    if not split.is_part:
+        log.info("HGS-PRM accuracy %.3f", metrics["hgs"]["accuracy"])
 
 
 def reward_tables(args: argparse.Namespace, config: dict) -> None:
@@ -308,6 +342,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--problems", required=True)
     p.add_argument("--policy", help="policy name in the metrics (default: the out-dir's parent)")
     p.add_argument("--out-dir", required=True)
+    _add_split_arguments(p)
     p = stage("code-eval", code_eval, "per-sample verdicts and pass@k of code completions")
     p.add_argument("--task", required=True, help="config task (its kind picks the timeout)")
     p.add_argument("--problems", required=True, help="problems JSONL of the task")
@@ -340,6 +375,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--round", type=int, required=True)
     p.add_argument("--style", choices=["tool", "cot"], default="tool", help="solution style")
     p.add_argument("--out-dir", required=True)
+    _add_split_arguments(p)
     p = stage("label-preferences", label_preferences, "win/lose pairs, KTO and RAFT rows")
     p.add_argument("--samples", required=True)
     p.add_argument("--round", type=int, required=True)
@@ -394,11 +430,13 @@ def _reward_model_stages(stage) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--problems", required=True)
     p.add_argument("--out-dir", required=True)
+    _add_split_arguments(p)
     p = stage("annotate-prm", annotate_prm, "Math-Shepherd step labels from K rollouts per step")
     p.add_argument("--model", required=True)
     p.add_argument("--problems", required=True)
     p.add_argument("--samples", required=True, help="trajectories JSONL to annotate")
     p.add_argument("--out-dir", required=True)
+    _add_split_arguments(p)
     p = stage("mutate-code-prm", mutate_code_prm, "code PRM data from AST mutants + unit tests")
     p.add_argument("--problems", required=True)
     p.add_argument("--out-dir", required=True)
@@ -415,6 +453,7 @@ def _reward_model_stages(stage) -> None:
     p.add_argument("--orm")
     p.add_argument("--prm")
     p.add_argument("--out-dir", required=True)
+    _add_split_arguments(p)
     p = stage("score-rlhflow", score_rlhflow, "best-of-N of an RLHFlow-format file (import)")
     p.add_argument("--data", required=True, help="JSONL rows with prompt, answers, labels")
     p.add_argument("--bt")
@@ -427,6 +466,7 @@ def _reward_model_stages(stage) -> None:
     p.add_argument("--problems", required=True)
     p.add_argument("--best-of-n", required=True, help="the best-of-n stage's output folder")
     p.add_argument("--out-dir", required=True)
+    _add_split_arguments(p)
     p = stage("reward-tables", reward_tables, "tables of best-of-N, HGS-PRM and PRM precision")
     p.add_argument("--best-of-n", nargs="+", required=True, help="best_of_n.json files")
     p.add_argument("--hgs", nargs="*", default=[], help="hgs.json files")

@@ -339,7 +339,12 @@ def rule_specs(config: dict) -> list[RuleSpec]:
     specs += _reward_model_specs(config)
     specs += _ppo_specs(config)
     specs += _online_specs(config)
-    return specs
+    return specs + _part_specs(specs, config.get("split", {}))
+
+
+def _part_specs(specs: list[RuleSpec], split: dict[str, int]) -> list[RuleSpec]:
+    """A split generation stage's part jobs (RULE_part) hold what the stage holds."""
+    return [replace(s, rule=f"{s.rule}_part") for s in specs if split.get(s.rule, 1) > 1]
 
 
 def _needs_bt(section: dict) -> bool:

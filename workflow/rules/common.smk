@@ -22,6 +22,7 @@ from reasonrl.memory_plan import check_fits, placement, plan_config
 
 wildcard_constraints:
     task=r"[^/]+",
+    part=r"\d+",
     variant=r"[a-z][a-z0-9]*",
     policy=r"base|sft-[a-z][a-z0-9]*|[a-z][a-z0-9.-]*-round\d+|online-[a-z][a-z0-9.-]*|ppo-[a-z0-9.-]+",
 
@@ -144,6 +145,35 @@ def sft_models():
 def repeated_flag(flag, paths):
     """`--flag a --flag b` for CLI options that take one value per occurrence."""
     return " ".join(f"{flag} {shlex.quote(str(path))}" for path in paths)
+
+
+# --- Generation stages spread over jobs (config `split`) ---------------------------------------
+SPLIT = config["split"]
+
+
+def split_parts(stage, folder):
+    """Input function: the part folders `stage`'s gathering job adopts, `folder` formatted
+    with the job's wildcards and each part index (none when the stage runs as one job).
+    """
+
+    def parts(wildcards):
+        count = SPLIT[stage]
+        if count == 1:
+            return []
+        return [folder.format(part=i, **dict(wildcards.items())) for i in range(count)]
+
+    return parts
+
+
+def parts_arg(wildcards, input):
+    """--parts for a gathering job (nothing when the stage runs as one job)."""
+    parts = list(input.parts)
+    return "--parts " + " ".join(shlex.quote(p) for p in parts) if parts else ""
+
+
+def part_arg(stage):
+    """--part I/N for a part job of `stage`."""
+    return lambda wildcards: f"--part {wildcards.part}/{SPLIT[stage]}"
 
 
 def sft_train_metrics(wildcards, input):

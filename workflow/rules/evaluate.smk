@@ -5,6 +5,7 @@ rule evaluate:
     input:
         model=lambda wildcards: policy_model_input(wildcards.policy),
         problems="results/data/{task}/test.jsonl",
+        parts=split_parts("evaluate", "results/eval/{policy}/{task}.parts/{part}"),
     output:
         trajectories="results/eval/{policy}/{task}/trajectories.jsonl",
         metrics="results/eval/{policy}/{task}/metrics.json",
@@ -32,7 +33,25 @@ rule evaluate:
         model=model_arg,
         style=lambda wildcards: policy_style(wildcards.policy),
         out_dir=subpath(output.metrics, parent=True),
+        split=parts_arg,
     shell:
         "reasonrl evaluate --config-json {params.config} --model {params.model:q}"
         " --style {params.style} --task {wildcards.task:q} --problems {input.problems:q}"
+        " --policy {wildcards.policy:q} {params.split}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# One share of evaluate's shards (config split.evaluate > 1); the gathering job adopts them.
+use rule evaluate as evaluate_part with:
+    input:
+        model=lambda wildcards: policy_model_input(wildcards.policy),
+        problems="results/data/{task}/test.jsonl",
+    output:
+        temp(directory("results/eval/{policy}/{task}.parts/{part}")),
+    log:
+        "logs/eval/{policy}/{task}.part{part}.log",
+    benchmark:
+        "benchmarks/eval/{policy}/{task}.part{part}.tsv"
+    params:
+        out_dir="results/eval/{policy}/{task}.parts/{part}",
+        split=part_arg("evaluate"),

@@ -54,6 +54,9 @@ rule sample_round:
     input:
         prompts=f"results/prompts/{PREFERENCE['task']}/round{{round}}.jsonl",
         models=sampler_models,
+        parts=split_parts(
+            "sample_round", "results/rollouts/{lineage}/round{round}.parts/{part}"
+        ),
     output:
         samples="results/rollouts/{lineage}/round{round}/samples.jsonl",
         stats="results/rollouts/{lineage}/round{round}/sampling.json",
@@ -74,10 +77,27 @@ rule sample_round:
         samplers=sampler_args,
         style=policy_style(ROUND0_POLICY),
         out_dir=subpath(output.manifest, parent=True),
+        split=parts_arg,
     shell:
         "reasonrl sample-round --config-json {params.config} --prompts {input.prompts:q}"
-        " {params.samplers} --round {wildcards.round} --style {params.style}"
+        " {params.samplers} --round {wildcards.round} --style {params.style} {params.split}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# One share of sample_round's shards (config split.sample_round > 1).
+use rule sample_round as sample_round_part with:
+    input:
+        prompts=f"results/prompts/{PREFERENCE['task']}/round{{round}}.jsonl",
+        models=sampler_models,
+    output:
+        temp(directory("results/rollouts/{lineage}/round{round}.parts/{part}")),
+    log:
+        "logs/rollouts/{lineage}/round{round}.part{part}.log",
+    benchmark:
+        "benchmarks/rollouts/{lineage}/round{round}.part{part}.tsv"
+    params:
+        out_dir="results/rollouts/{lineage}/round{round}.parts/{part}",
+        split=part_arg("sample_round"),
 
 
 rule label_preferences:

@@ -11,6 +11,7 @@ rule sample_rm_data:
     input:
         model=rm_policy_model,
         problems="results/data/{task}/train.jsonl",
+        parts=split_parts("sample_rm_data", "results/rm/{task}/samples.parts/{part}"),
     output:
         samples="results/rm/{task}/samples/samples.jsonl",
         metrics="results/rm/{task}/samples/metrics.json",
@@ -35,9 +36,27 @@ rule sample_rm_data:
             task=wildcards.task,
         ),
         out_dir=subpath(output.manifest, parent=True),
+        split=parts_arg,
     shell:
         "reasonrl sample-rm-data --config-json {params.config} --model {input.model:q}"
-        " --problems {input.problems:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --problems {input.problems:q} --out-dir {params.out_dir:q} {params.split}"
+        " > {log:q} 2>&1"
+
+
+# One share of sample_rm_data's shards (config split.sample_rm_data > 1).
+use rule sample_rm_data as sample_rm_data_part with:
+    input:
+        model=rm_policy_model,
+        problems="results/data/{task}/train.jsonl",
+    output:
+        temp(directory("results/rm/{task}/samples.parts/{part}")),
+    log:
+        "logs/rm/{task}/samples.part{part}.log",
+    benchmark:
+        "benchmarks/rm/{task}/samples.part{part}.tsv"
+    params:
+        out_dir="results/rm/{task}/samples.parts/{part}",
+        split=part_arg("sample_rm_data"),
 
 
 rule annotate_prm:
@@ -45,6 +64,7 @@ rule annotate_prm:
         model=rm_policy_model,
         problems="results/data/{task}/train.jsonl",
         samples="results/rm/{task}/samples/samples.jsonl",
+        parts=split_parts("annotate_prm", "results/rm/{task}/shepherd.parts/{part}"),
     output:
         data="results/rm/{task}/shepherd/prm.jsonl",
         metrics="results/rm/{task}/shepherd/metrics.json",
@@ -69,10 +89,28 @@ rule annotate_prm:
             task=wildcards.task,
         ),
         out_dir=subpath(output.manifest, parent=True),
+        split=parts_arg,
     shell:
         "reasonrl annotate-prm --config-json {params.config} --model {input.model:q}"
         " --problems {input.problems:q} --samples {input.samples:q}"
-        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} {params.split} > {log:q} 2>&1"
+
+
+# One share of annotate_prm's shards (config split.annotate_prm > 1).
+use rule annotate_prm as annotate_prm_part with:
+    input:
+        model=rm_policy_model,
+        problems="results/data/{task}/train.jsonl",
+        samples="results/rm/{task}/samples/samples.jsonl",
+    output:
+        temp(directory("results/rm/{task}/shepherd.parts/{part}")),
+    log:
+        "logs/rm/{task}/shepherd.part{part}.log",
+    benchmark:
+        "benchmarks/rm/{task}/shepherd.part{part}.tsv"
+    params:
+        out_dir="results/rm/{task}/shepherd.parts/{part}",
+        split=part_arg("annotate_prm"),
 
 
 rule mutate_code_prm:
@@ -131,6 +169,7 @@ rule best_of_n:
         bt="results/rm/{task}/model-bt",
         orm="results/rm/{task}/model-orm",
         prm="results/rm/{task}/model-prm",
+        parts=split_parts("best_of_n", "results/search/{task}/best-of-n.parts/{part}"),
     output:
         table="results/search/{task}/best-of-n/best_of_n.json",
         csv="results/search/{task}/best-of-n/best_of_n.csv",
@@ -159,10 +198,30 @@ rule best_of_n:
             task=wildcards.task,
         ),
         out_dir=subpath(output.manifest, parent=True),
+        split=parts_arg,
     shell:
         "reasonrl best-of-n --config-json {params.config} --policy {input.policy:q}"
         " --problems {input.problems:q} --bt {input.bt:q} --orm {input.orm:q}"
-        " --prm {input.prm:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --prm {input.prm:q} --out-dir {params.out_dir:q} {params.split} > {log:q} 2>&1"
+
+
+# One share of best_of_n's shards (config split.best_of_n > 1).
+use rule best_of_n as best_of_n_part with:
+    input:
+        policy=rm_policy_model,
+        problems="results/data/{task}/test.jsonl",
+        bt="results/rm/{task}/model-bt",
+        orm="results/rm/{task}/model-orm",
+        prm="results/rm/{task}/model-prm",
+    output:
+        temp(directory("results/search/{task}/best-of-n.parts/{part}")),
+    log:
+        "logs/search/{task}/best-of-n.part{part}.log",
+    benchmark:
+        "benchmarks/search/{task}/best-of-n.part{part}.tsv"
+    params:
+        out_dir="results/search/{task}/best-of-n.parts/{part}",
+        split=part_arg("best_of_n"),
 
 
 rule hgs_search:
@@ -171,6 +230,7 @@ rule hgs_search:
         prm="results/rm/{task}/model-prm",
         problems="results/data/{task}/test.jsonl",
         scores="results/search/{task}/best-of-n/scores.jsonl",
+        parts=split_parts("hgs_search", "results/search/{task}/hgs.parts/{part}"),
     output:
         metrics="results/search/{task}/hgs/hgs.json",
         csv="results/search/{task}/hgs/hgs.csv",
@@ -197,10 +257,30 @@ rule hgs_search:
         ),
         best_of_n=subpath(input.scores, parent=True),
         out_dir=subpath(output.manifest, parent=True),
+        split=parts_arg,
     shell:
         "reasonrl hgs-search --config-json {params.config} --policy {input.policy:q}"
         " --prm {input.prm:q} --problems {input.problems:q}"
-        " --best-of-n {params.best_of_n:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --best-of-n {params.best_of_n:q} --out-dir {params.out_dir:q} {params.split}"
+        " > {log:q} 2>&1"
+
+
+# One share of hgs_search's shards (config split.hgs_search > 1).
+use rule hgs_search as hgs_search_part with:
+    input:
+        policy=rm_policy_model,
+        prm="results/rm/{task}/model-prm",
+        problems="results/data/{task}/test.jsonl",
+        scores="results/search/{task}/best-of-n/scores.jsonl",
+    output:
+        temp(directory("results/search/{task}/hgs.parts/{part}")),
+    log:
+        "logs/search/{task}/hgs.part{part}.log",
+    benchmark:
+        "benchmarks/search/{task}/hgs.part{part}.tsv"
+    params:
+        out_dir="results/search/{task}/hgs.parts/{part}",
+        split=part_arg("hgs_search"),
 
 
 rule reward_tables:

@@ -11,11 +11,11 @@ from pathlib import Path
 from reasonrl.code_eval import evaluate_samples
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.io import read_jsonl, write_csv, write_json, write_jsonl
-from reasonrl.manifest import Provenance
+from reasonrl.manifest import Provenance, scheduler_provenance
 from reasonrl.metrics import metrics_rows, summarize
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
-from reasonrl.shards import ShardStore, fingerprint, shard_seed
+from reasonrl.shards import ONE_JOB, ShardStore, Split, fingerprint, shard_seed
 from reasonrl.tasks.arith import copy_summary
 from reasonrl.tasks.grading import normalize_answer
 
@@ -23,34 +23,44 @@ log = logging.getLogger(__name__)
 
 
 def evaluate(
-    config: dict, model: str, style: str, task: str, problems_path: str, policy: str, out_dir: str
+    config: dict,
+    model: str,
+    style: str,
+    task: str,
+    problems_path: str,
+    policy: str,
+    out_dir: str,
+    split: Split = ONE_JOB,
 ) -> dict:
-    """Trajectories and metrics of `policy` (the model at `model`) on `task`'s problems."""
+    """Trajectories and metrics of `policy` (the model at `model`) on `task`'s problems (or,
+    as a part job of `split`, its share of the shards)."""
     provenance = Provenance("evaluate", config, [model, problems_path], config["seed"])
     problems = read_jsonl(problems_path, schema="problem")
+    if config["evaluation"]["max_problems"]:
+        problems = problems[: config["evaluation"]["max_problems"]]
     out = Path(out_dir)
-    shards = ShardStore(
-        out, fingerprint("evaluate", config, provenance.hashes, style, task, policy)
-    )
-    trajectories, metrics = evaluate_policy(config, model, problems, style, policy, shards)
+    stamp = fingerprint("evaluate", config, provenance.hashes, style, task, policy)
+    shards = ShardStore(out, stamp, split)
+    greedy, sampled = policy_trajectories(config, model, problems, style, policy, shards)
+    if split.is_part:
+        return shards.publish_part(scheduler_provenance())
+    metrics = trajectory_metrics(config, problems, style, greedy, sampled)
     metrics.update(policy=policy, task=task, style=style)
-    write_jsonl(out / "trajectories.jsonl", trajectories, schema="trajectory")
+    write_jsonl(out / "trajectories.jsonl", greedy + sampled, schema="trajectory")
     write_json(out / "metrics.json", metrics)
     write_csv(out / "metrics.csv", metrics_rows(metrics))
-    provenance.write(out, {"greedy_pass@1": metrics["greedy_pass@1"]})
+    provenance.write(out, {"greedy_pass@1": metrics["greedy_pass@1"], **shards.adopted_parts()})
     shards.clear()
     log.info("%s on %s: greedy pass@1 %.3f", policy, task, metrics["greedy_pass@1"])
     return metrics
 
 
-def evaluate_policy(
+def policy_trajectories(
     config: dict, model: str, problems: list[dict], style: str, policy: str, shards: ShardStore
-) -> tuple[list[dict], dict]:
-    """Greedy trajectories for pass@1 and sampled ones for pass@k / maj@k, and their metrics;
-    made shard by shard (`shards` keeps the finished ones)."""
+) -> tuple[list[dict], list[dict]]:
+    """Greedy trajectories for pass@1 and sampled ones for pass@k / maj@k, made shard by
+    shard (`shards` keeps the finished ones)."""
     section = config["evaluation"]
-    if section["max_problems"]:
-        problems = problems[: section["max_problems"]]
     generation = config["generation"]
     engine = cache(
         lambda: make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
@@ -75,12 +85,19 @@ def evaluate_policy(
         return {"greedy": greedy, "sampled": sampled}
 
     made = shards.map("problems", problems, generation["shard_size"], shard)
-    greedy, sampled = made.get("greedy", []), made.get("sampled", [])
-    metrics = summarize(greedy, sampled, section["k"], normalize=normalize_answer)
+    return made.get("greedy", []), made.get("sampled", [])
+
+
+def trajectory_metrics(
+    config: dict, problems: list[dict], style: str, greedy: list[dict], sampled: list[dict]
+) -> dict:
+    """pass@1 (with its CI), pass@k and maj@k, behaviour counts, and for arith tool policies
+    the copy accuracy."""
+    metrics = summarize(greedy, sampled, config["evaluation"]["k"], normalize=normalize_answer)
     if style == "tool" and all(_kind(config, p["task"]) == "arith" for p in problems):
         # whether the policy copies the question's numbers: the skill SFT seeds differ in
         metrics.update(copy_summary(problems, greedy))
-    return greedy + sampled, metrics
+    return metrics
 
 
 def _kind(config: dict, task: str) -> str | None:

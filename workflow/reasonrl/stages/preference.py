@@ -12,7 +12,8 @@ from pathlib import Path
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
-from reasonrl.manifest import Provenance
+from reasonrl.manifest import Provenance, scheduler_provenance
+from reasonrl.shards import ONE_JOB, Split
 from reasonrl.tables import frame, write_table
 
 log = logging.getLogger(__name__)
@@ -123,9 +124,10 @@ def sample_round(
     round_no: int,
     out_dir: str,
     style: str = "tool",
+    split: Split = ONE_JOB,
 ) -> dict:
     """N trajectories per prompt in solution `style`, mixed from several policies: samplers =
-    (name, model, n).
+    (name, model, n) (or, as a part job of `split`, its share of the shards).
 
     The samples of one policy are numbered after those of the policies before it, and each
     policy gets its own seed stream.
@@ -149,7 +151,7 @@ def sample_round(
     stamp = fingerprint(
         "sample-round", provenance.config, provenance.hashes, samplers, round_no, style
     )
-    shards = ShardStore(out_dir, stamp)
+    shards = ShardStore(out_dir, stamp, split)
     rows: list[dict] = []
     offset = 0
     for k, (name, model, n) in enumerate(samplers):
@@ -176,12 +178,14 @@ def sample_round(
         rows += made.get("rows", [])
         offset += n
         del engine
+    if split.is_part:
+        return shards.publish_part(scheduler_provenance())
     out = Path(out_dir)
     write_jsonl(out / "samples.jsonl", rows, schema="trajectory")
     accuracy = sum(r["correct"] for r in rows) / len(rows) if rows else 0.0
     stats = {"prompts": len(problems), "trajectories": len(rows), "accuracy": accuracy}
     write_json(out / "sampling.json", stats)
-    provenance.write(out, stats)
+    provenance.write(out, {**stats, **shards.adopted_parts()})
     shards.clear()
     log.info("round %d: %d trajectories, accuracy %.3f", round_no, len(rows), accuracy)
     return stats

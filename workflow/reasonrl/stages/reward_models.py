@@ -16,7 +16,7 @@ from reasonrl import tables
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl, write_text
-from reasonrl.manifest import Provenance
+from reasonrl.manifest import Provenance, scheduler_provenance
 from reasonrl.rewards.annotation import AnnotationStats, annotate
 from reasonrl.rewards.models import (
     INFO_FILE,
@@ -34,7 +34,7 @@ from reasonrl.rewards.trainers import TRAINERS
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.search import best_of_n_metrics, run_hgs, sample_then_filter
-from reasonrl.shards import ShardStore, fingerprint, shard_seed
+from reasonrl.shards import ONE_JOB, ShardStore, Split, fingerprint, shard_seed
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tables import frame, markdown
 from reasonrl.tasks import is_code_task
@@ -52,16 +52,21 @@ def _engine(config: dict, model: str):
     )
 
 
-def _shards(stage: str, config: dict, provenance: Provenance, out_dir: str) -> ShardStore:
-    return ShardStore(out_dir, fingerprint(stage, config, provenance.hashes))
+def _shards(
+    stage: str, config: dict, provenance: Provenance, out_dir: str, split: Split
+) -> ShardStore:
+    return ShardStore(out_dir, fingerprint(stage, config, provenance.hashes), split)
 
 
 def _params(section: dict, seed: int) -> SamplingParams:
     return SamplingParams(temperature=section["temperature"], top_p=section["top_p"], seed=seed)
 
 
-def sample_rm_data(config: dict, model: str, problems_path: str, out_dir: str) -> dict:
-    """`samples_per_prompt` SFT samples for each of the first `prompts` train problems."""
+def sample_rm_data(
+    config: dict, model: str, problems_path: str, out_dir: str, split: Split = ONE_JOB
+) -> dict:
+    """`samples_per_prompt` SFT samples for each of the first `prompts` train problems (or, as
+    a part job of `split`, its share of the shards)."""
     section, seed = config["reward_models"], config["seed"]
     provenance = Provenance("sample-rm-data", config, [model, problems_path], seed)
     problems = read_jsonl(problems_path, schema="problem")[: section["prompts"]]
@@ -79,20 +84,28 @@ def sample_rm_data(config: dict, model: str, problems_path: str, out_dir: str) -
         )
         return {"rows": rows}
 
-    shards = _shards("sample-rm-data", config, provenance, out_dir)
-    rows = shards.map("problems", problems, config["generation"]["shard_size"], shard)["rows"]
+    shards = _shards("sample-rm-data", config, provenance, out_dir, split)
+    made = shards.map("problems", problems, config["generation"]["shard_size"], shard)
+    if split.is_part:
+        return shards.publish_part(scheduler_provenance())
+    rows = made["rows"]
     out = Path(out_dir)
     write_jsonl(out / "samples.jsonl", rows, schema="trajectory")
     stats = {"problems": len(problems), "samples": len(rows)}
     stats["accuracy"] = sum(r["correct"] for r in rows) / len(rows)
     write_json(out / "metrics.json", stats)
-    provenance.write(out, stats)
+    provenance.write(out, {**stats, **shards.adopted_parts()})
     shards.clear()
     return stats
 
 
 def annotate_prm(
-    config: dict, model: str, problems_path: str, samples_path: str, out_dir: str
+    config: dict,
+    model: str,
+    problems_path: str,
+    samples_path: str,
+    out_dir: str,
+    split: Split = ONE_JOB,
 ) -> dict:
     """Math-Shepherd labels for the first `annotation.solutions_per_prompt` samples per prompt."""
     section, seed = config["reward_models"], config["seed"]
@@ -126,8 +139,10 @@ def annotate_prm(
 
     # Shards of solutions, about shard_size prompts' worth (`keep` solutions each).
     size = config["generation"]["shard_size"] * keep
-    shards = _shards("annotate-prm", config, provenance, out_dir)
+    shards = _shards("annotate-prm", config, provenance, out_dir, split)
     made = shards.map("solutions", chosen, size, shard)
+    if split.is_part:
+        return shards.publish_part(scheduler_provenance())
     rows = made.get("rows", [])
     stats = AnnotationStats(
         **{f.name: sum(s[f.name] for s in made.get("stats", [])) for f in fields(AnnotationStats)}
@@ -144,7 +159,7 @@ def annotate_prm(
         "labels": dict(sorted(labels.items())),
     }
     write_json(out / "metrics.json", metrics)
-    provenance.write(out, metrics)
+    provenance.write(out, {**metrics, **shards.adopted_parts()})
     shards.clear()
     log.info("annotated %d steps with %d rollouts", stats.steps, stats.rollouts)
     return metrics
@@ -236,9 +251,11 @@ def best_of_n(
     problems_path: str,
     reward_models: dict[str, str],
     out_dir: str,
+    split: Split = ONE_JOB,
 ) -> dict:
     """Sample max(N) solutions per test problem (and a greedy one), score them with every
-    reward model, and tabulate pass@1, maj@N and RM@N with bootstrap CIs."""
+    reward model, and tabulate pass@1, maj@N and RM@N with bootstrap CIs (or, as a part job
+    of `split`, its share of the shards)."""
     section, seed = config["reward_models"], config["seed"]
     inputs = [policy, problems_path, *reward_models.values()]
     provenance = Provenance("best-of-n", config, inputs, seed)
@@ -257,8 +274,10 @@ def best_of_n(
             "sampled": run_rollouts(engine(), part, style, n_max, params, limits, sandbox),
         }
 
-    shards = _shards("best-of-n", config, provenance, out_dir)
+    shards = _shards("best-of-n", config, provenance, out_dir, split)
     made = shards.map("problems", problems, config["generation"]["shard_size"], shard)
+    if split.is_part:
+        return shards.publish_part(scheduler_provenance())
     greedy, sampled = made["greedy"], made["sampled"]
     by_id = {p["id"]: p for p in problems}
     scored = score_samples(config, by_id, sampled, reward_models)
@@ -294,16 +313,23 @@ def best_of_n(
     write_jsonl(out / "rlhflow.jsonl", rlhflow)
     write_json(out / "best_of_n.json", table)
     write_csv(out / "best_of_n.csv", table["rows"])
-    provenance.write(out, {"greedy_pass@1": table["greedy_pass@1"]})
+    provenance.write(out, {"greedy_pass@1": table["greedy_pass@1"], **shards.adopted_parts()})
     shards.clear()
     return table
 
 
 def hgs_search(
-    config: dict, policy: str, prm: str, problems_path: str, best_of_n_dir: str, out_dir: str
+    config: dict,
+    policy: str,
+    prm: str,
+    problems_path: str,
+    best_of_n_dir: str,
+    out_dir: str,
+    split: Split = ONE_JOB,
 ) -> dict:
     """HGS-PRM vs greedy vs sample-then-filter on the same test problems (greedy decoding and
-    the samples come from the best-of-N stage)."""
+    the samples come from the best-of-N stage; a part job of `split` makes its share of the
+    shards)."""
     section, seed = config["reward_models"], config["seed"]
     bon = Path(best_of_n_dir)
     inputs = [policy, prm, problems_path, str(bon / "scores.jsonl")]
@@ -339,8 +365,10 @@ def hgs_search(
         ]
         return {"rows": rows, "searches": summaries}
 
-    shards = _shards("hgs-search", config, provenance, out_dir)
+    shards = _shards("hgs-search", config, provenance, out_dir, split)
     made = shards.map("problems", problems, config["generation"]["shard_size"], shard)
+    if split.is_part:
+        return shards.publish_part(scheduler_provenance())
     rows, searches = made["rows"], made["searches"]
     n_filter = hgs["filter_samples"]
     kept = [g[:n_filter] for g in _group(samples).values()]
@@ -387,7 +415,7 @@ def hgs_search(
             },
         ],
     )
-    provenance.write(out, {"hgs_accuracy": metrics["hgs"]["accuracy"]})
+    provenance.write(out, {"hgs_accuracy": metrics["hgs"]["accuracy"], **shards.adopted_parts()})
     shards.clear()
     return metrics
 
