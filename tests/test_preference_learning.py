@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from reasonrl.config import validate_config
-from reasonrl.io import read_jsonl, write_jsonl
+from reasonrl.io import write_jsonl
 from reasonrl.models import build_tiny_policy
-from reasonrl.stages.evaluate import evaluate_policy
+from reasonrl.stages.evaluate import evaluate
 from reasonrl.stages.models import corpus_texts
 from reasonrl.stages.preference import augment_prompts as run_augment
 from reasonrl.stages.preference import label_preferences as run_labelling
@@ -53,8 +53,9 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
-def greedy_pass_at_1(config: dict, model: Path, problems: list[dict]) -> float:
-    _, metrics = evaluate_policy(config, str(model), problems, "tool", model.name)
+def greedy_pass_at_1(config: dict, model: Path, problems: Path) -> float:
+    out = model.parent / f"eval-{model.name}"
+    metrics = evaluate(config, str(model), "tool", "arith", str(problems), model.name, str(out))
     return metrics["greedy_pass@1"]
 
 
@@ -73,7 +74,7 @@ def sft_run(tmp_path_factory) -> dict:
         root / "base",
     )
     run_sft(config, "tool", str(root / "base"), [str(root / "train.jsonl")], str(root / "sft"))
-    problems = read_jsonl(root / "test.jsonl", schema="problem")
+    problems = root / "test.jsonl"
     return {
         "root": root,
         "config": config,
