@@ -120,8 +120,8 @@ class ShardStore:
         """Take a part job's shards as finished ones; a part made with other settings or
         inputs is an error, never merged."""
         stamp_file = part / "fingerprint"
-        if not stamp_file.is_file():
-            raise ReasonRLError(f"{part}: not a part folder (no fingerprint file)")
+        if not (stamp_file.is_file() and (part / PART_RECORD).is_file()):
+            raise ReasonRLError(f"{part}: not a part folder (no fingerprint and {PART_RECORD})")
         if stamp_file.read_text() != self.stamp:
             raise ReasonRLError(f"{part}: part made with other settings or inputs than this stage")
         self.adopted.append(json.loads((part / PART_RECORD).read_text()))
