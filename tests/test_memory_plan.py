@@ -184,15 +184,29 @@ def test_tiny_policy_planned_activations_are_the_tensors_autograd_saves(dtype, c
 def _capacity_placements() -> dict[str, mp.Placement]:
     """Every GPU rule launched over 8 x 80 GB under ZeRO-3, its generator on its own GPU:
     the papers' nodes, with issue 22's launcher and placement for every training rule."""
-    return {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES}
+    return {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES + PART_RULES}
 
 
-# Not yet: without gradient checkpointing and with the recipes' micro-batches (8 packed 4096-
-# token blocks per GPU in SFT, 8 pairs of 4096 in M-DPO, 128 pairs in online DPO) and PPO's
-# HF-engine KV cache (256 x 2048 tokens), activations alone exceed 80 GB (issue 22 items 1-2,
-# 4). Strict: the day every recipe fits, this fails and the mark goes.
-@pytest.mark.xfail(strict=True, reason="activations: no checkpointing, large micro-batches")
-@pytest.mark.parametrize("name", RECIPES)
+# With gradient checkpointing (every recipe's training sections) and Gemma's micro-batch of
+# 2 pairs, the M-DPO and PRM recipes fit. Not yet: the online learner's micro-batch of 128
+# pairs (activations ~95 GB) beside its vLLM engine, and PF-PPO's four 6.7B models with the
+# HF engine's KV cache (256 x 2048 tokens) on the policy's GPUs (issue 22 items 2, 4).
+# Strict: the day one fits, its mark goes.
+NOT_FITTING = {
+    "gpu-async-dpo-rho-1b.yaml": "online_dpo: 128-pair micro-batch, ~169 GiB per GPU",
+    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo: 4 models and a 256x2048 KV cache, ~483 GiB",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_FITTING[n]))
+        if n in NOT_FITTING
+        else n
+        for n in RECIPES
+    ],
+)
 def test_every_recipe_fits_on_eight_80gb_gpus(name):
     config = load_workflow_config([str(REPO / "config" / name)])
     plans = mp.plan_config(config, _capacity_placements())
@@ -288,3 +302,21 @@ def test_dry_run_fails_with_one_line_when_a_rule_cannot_fit(snakemake, one_gpu_p
     errors = [line for line in result.stderr.splitlines() if "reasonrl: error:" in line]
     assert len(errors) == 1 and "rule sft needs" in errors[0], result.stderr
     assert "Building DAG" not in result.stdout + result.stderr
+
+
+def test_a_sections_gradient_checkpointing_reaches_the_plan():
+    config = load_workflow_config([str(REPO / "config/gpu-mdpo-mistral-7b.yaml")])
+    placements = {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES}
+    sections = (config["sft"], config["preference"]["train"])
+    for section in sections:
+        section["gradient_checkpointing"] = False
+    before = {p.rule: p for p in mp.plan_config(config, placements)}
+    for section in sections:
+        section["gradient_checkpointing"] = True
+    after = {p.rule: p for p in mp.plan_config(config, placements)}
+    for rule in ("sft", "preference_train"):
+        assert after[rule].activations < 0.25 * before[rule].activations, rule
+        assert (after[rule].params, after[rule].optimizer) == (
+            before[rule].params,
+            before[rule].optimizer,
+        )

@@ -120,7 +120,7 @@ class Crash(Exception):
     pass
 
 
-def _run(tiny, folder, fingerprint="a", crash_at=None, steps=8):
+def _run(tiny, folder, fingerprint="a", crash_at=None, steps=8, checkpointing=False):
     model, _ = load_policy(tiny)
     batches = MicroBatches(_samples(30), 4, 0, seed=1, packing=True, block_size=64)
 
@@ -129,8 +129,37 @@ def _run(tiny, folder, fingerprint="a", crash_at=None, steps=8):
             raise Crash
         return batches(i)
 
-    settings = LoopSettings(max_steps=steps, lr=1e-2, grad_accum=2, checkpoint_every=3, seed=5)
+    settings = LoopSettings(
+        max_steps=steps,
+        lr=1e-2,
+        grad_accum=2,
+        checkpoint_every=3,
+        seed=5,
+        gradient_checkpointing=checkpointing,
+    )
     return train(model, micro_batch, masked_lm_loss, settings, CheckpointStore(folder, fingerprint))
+
+
+def test_gradient_checkpointing_saves_a_third_of_the_activations_and_keeps_the_losses(
+    tiny, tmp_path
+):
+    def trained(checkpointing: bool) -> tuple[dict, int]:
+        """The run and the bytes autograd saved for backward over all its forward passes."""
+        saved = [0]
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            saved[0] += tensor.numel() * tensor.element_size()
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            run = _run(tiny, tmp_path / str(checkpointing), checkpointing=checkpointing)
+        return run, saved[0]
+
+    (plain, plain_bytes), (recomputed, recomputed_bytes) = trained(False), trained(True)
+    # Each layer keeps only its input; the one layer being recomputed adds its own back.
+    assert recomputed_bytes < 0.5 * plain_bytes
+    losses = [h["loss"] for h in plain["history"]]
+    assert [h["loss"] for h in recomputed["history"]] == pytest.approx(losses, abs=1e-5)
 
 
 def test_resume_continues_from_last_checkpoint_with_identical_losses(tiny, tmp_path):

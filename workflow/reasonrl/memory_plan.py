@@ -315,7 +315,8 @@ def generation_spec(rule: str, config: dict, copies: int = 1, frozen: int = 0) -
 
 
 def _trained(section: dict, sequences: int, length: int) -> Trained:
-    return Trained(section.get("precision", "fp32"), sequences, length)
+    checkpointing = section.get("gradient_checkpointing", False)
+    return Trained(section.get("precision", "fp32"), sequences, length, checkpointing=checkpointing)
 
 
 def rule_specs(config: dict) -> list[RuleSpec]:

@@ -21,6 +21,7 @@ from accelerate import Accelerator, PartialState
 from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
+from reasonrl.errors import ReasonRLError
 from reasonrl.io import follow_umask, replace_durably, write_csv, write_json, write_text
 from reasonrl.models import save_folder_atomically, to_device
 from reasonrl.tracking import NullTracker, Tracker
@@ -41,6 +42,7 @@ class LoopSettings:
     warmup_ratio: float = 0.0
     max_grad_norm: float = 1.0
     precision: str = "fp32"
+    gradient_checkpointing: bool = False
     checkpoint_every: int = 50
     log_every: int = 10
     seed: int = 0
@@ -123,6 +125,14 @@ def train(
     return loop.finish()
 
 
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Recompute each decoder layer's activations in the backward pass (transformers' own
+    implementation; non-reentrant, so frozen inputs and no_grad parts keep working)."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ReasonRLError(f"{type(model).__name__} has no gradient checkpointing")
+    model.activation_checkpointing_enable({"use_reentrant": False})
+
+
 class TrainingLoop:
     """train() in parts, for methods that make their data between updates (PPO's
     iterations, online DPO's rounds): set up and resume, then `run` a finite batch source for
@@ -143,6 +153,8 @@ class TrainingLoop:
         self.tracker = tracker or NullTracker()
         accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
         torch.manual_seed(settings.seed)
+        if settings.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
         # A model with parts that learn at their own rates (PPO's policy and critic) names them.
         groups = model.optimizer_groups() if hasattr(model, "optimizer_groups") else None
         optimizer = torch.optim.AdamW(
