@@ -559,3 +559,47 @@ def test_apptainer_definition_takes_the_published_image_as_a_build_argument():
     assert re.search(r"^Bootstrap: docker$", definition, flags=re.M)
     assert re.search(r"^From: \{\{ IMAGE \}\}$", definition, flags=re.M)
     assert "--build-arg IMAGE=HOST/NAME/reasonrl-cpu@sha256:" in definition
+
+
+# --- the cluster path end to end: SLURM jobs in the image pulled by digest ---------------------
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    from test_slurm import start_cluster
+
+    running = start_cluster(tmp_path_factory.mktemp("cluster"))
+    yield running
+    running.stop()
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_slurm_jobs_run_a_split_stage_in_the_image_pulled_by_digest(
+    pulled_cpu_image, published_cpu_image, slurm, tmp_path
+):
+    """What a cluster user runs: the profile, the lock `containers publish` wrote, an evaluation
+    split over two part jobs; every job is a SLURM job in the image pulled by its digest."""
+    from test_slurm import profile_without_apptainer
+
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    containers = {"engine": "docker", "lock": str(published_cpu_image)}
+    extra = {"split": {"evaluate": 2}, "containers": containers}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(extra))
+    profile = profile_without_apptainer(tmp_path / "profile")
+    command = [str(VENV_BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile")]
+    command += ["--profile", str(profile), "--configfile", "config/test.yaml", "cluster.yaml"]
+    command += ["results/eval/base/arith/metrics.json"]
+    env = {**slurm.env, "PATH": f"{VENV_BIN}{os.pathsep}{slurm.env['PATH']}"}
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-6000:]
+    manifests = sorted((tmp_path / "results").rglob("manifest.json"))
+    assert len(manifests) == 3  # the data, the base policy, the gathered evaluation
+    for path in manifests:
+        manifest = json.loads(path.read_text())
+        assert manifest["container"]["ref"] == pulled_cpu_image.pinned, path
+        assert manifest["container"]["digest"] == pulled_cpu_image.digest, path
+        assert "SLURM_JOB_ID" in manifest["scheduler"], path
+    evaluation = json.loads((tmp_path / "results/eval/base/arith/manifest.json").read_text())
+    jobs = {part["scheduler"]["SLURM_JOB_ID"] for part in evaluation["parts"]}
+    assert len(jobs) == 2 and evaluation["scheduler"]["SLURM_JOB_ID"] not in jobs

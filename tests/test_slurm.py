@@ -160,6 +160,15 @@ def test_make_installs_the_profile_where_snakemake_finds_it_by_name(snakemake, t
 
 @pytest.fixture(scope="module")
 def cluster():
+    root = Path(tempfile.mkdtemp(prefix="reasonrl-slurm-"))
+    running = start_cluster(root)
+    yield running
+    running.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def start_cluster(root: Path) -> SlurmCluster:
+    """The test cluster under `root`, or a skip naming what it lacks."""
     missing = missing_programs()
     if missing:
         pytest.skip(
@@ -168,13 +177,9 @@ def cluster():
         )
     if os.geteuid() != 0:
         pytest.skip("the test cluster starts slurmd and munged as root")
-    root = Path(tempfile.mkdtemp(prefix="reasonrl-slurm-"))
     # A 16-CPU node with 2 fake GPUs (slurmd trusts the config): the profile's real requests
     # (8 CPUs per GPU, 64 GB) fit, while the jobs run on this machine's cores.
-    running = SlurmCluster(root, cpus=16, memory_mb=131072, gpus=2).start()
-    yield running
-    running.stop()
-    shutil.rmtree(root, ignore_errors=True)
+    return SlurmCluster(root, cpus=16, memory_mb=131072, gpus=2).start()
 
 
 @pytest.fixture(scope="module")
