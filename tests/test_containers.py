@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -220,6 +221,13 @@ def test_host_config_mounts_workdir_and_passes_gpus_network_and_sandbox_needs():
     root = host_config(client, ContainerSpec("img", None, "/work", network=True, user="0:0"))
     assert root["device_requests"] is None and root["network_mode"] == "default"
     assert root["cap_add"] == ["SYS_ADMIN", "NET_ADMIN"]  # what root's bwrap needs
+
+
+def test_the_container_sees_the_scheduler_job_and_threads_but_not_the_rest_of_the_host():
+    host = {"SLURM_JOB_ID": "41", "SLURM_JOB_NODELIST": "node1", "OMP_NUM_THREADS": "8"}
+    env = ContainerSpec("img", "sha256:d", "/work").environment({**host, "AWS_SECRET": "x"})
+    assert {k: env[k] for k in host} == host  # the manifest records the SLURM job
+    assert "AWS_SECRET" not in env and env["REASONRL_IMAGE_DIGEST"] == "sha256:d"
 
 
 class FakeImages:
@@ -565,12 +573,14 @@ def test_apptainer_definition_takes_the_published_image_as_a_build_argument():
 
 
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
+def slurm():
     from test_slurm import start_cluster
 
-    running = start_cluster(tmp_path_factory.mktemp("cluster"))
+    root = Path(tempfile.mkdtemp(prefix="reasonrl-slurm-"))  # munged refuses pytest's 0700 tree
+    running = start_cluster(root)
     yield running
     running.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.workflow
@@ -587,14 +597,16 @@ def test_slurm_jobs_run_a_split_stage_in_the_image_pulled_by_digest(
     extra = {"split": {"evaluate": 2}, "containers": containers}
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(extra))
     profile = profile_without_apptainer(tmp_path / "profile")
-    command = [str(VENV_BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile")]
-    command += ["--profile", str(profile), "--configfile", "config/test.yaml", "cluster.yaml"]
-    command += ["results/eval/base/arith/metrics.json"]
+    command = [str(VENV_BIN / "snakemake"), "results/eval/base/arith/metrics.json"]
+    command += ["--snakefile", str(REPO / "Snakefile"), "--profile", str(profile)]
+    command += ["--configfile", "config/test.yaml", "cluster.yaml"]
+    # The node's GPUs are fake: Docker could only pass real ones (--gpus needs NVIDIA's runtime).
+    command += ["--set-resources", "evaluate:gpu=0", "evaluate_part:gpu=0"]
     env = {**slurm.env, "PATH": f"{VENV_BIN}{os.pathsep}{slurm.env['PATH']}"}
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-6000:]
     manifests = sorted((tmp_path / "results").rglob("manifest.json"))
-    assert len(manifests) == 3  # the data, the base policy, the gathered evaluation
+    assert len(manifests) == 4  # arith and pycode (the tokenizer's corpus), base, evaluation
     for path in manifests:
         manifest = json.loads(path.read_text())
         assert manifest["container"]["ref"] == pulled_cpu_image.pinned, path

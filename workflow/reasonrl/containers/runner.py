@@ -32,6 +32,10 @@ FORWARDED_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "PYTHONHASHSEED",
     TRACKING_ENV,  # the invocation's tracking run (reasonrl.tracking)
+    # The scheduler's job, which the stage's manifest records (manifest.scheduler_provenance).
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NODELIST",
+    "SLURM_CPUS_ON_NODE",
 )
 # What root needs to build the sandbox's namespaces (and its loopback) without a user namespace.
 ROOT_SANDBOX_CAPABILITIES = ["SYS_ADMIN", "NET_ADMIN"]
