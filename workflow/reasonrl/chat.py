@@ -6,9 +6,13 @@ the conversation), never from hard-coded token ids, so any prefix-consistent tem
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from reasonrl.errors import ReasonRLError
+
+# A ```python block of a model turn: what the tool loop runs and what copy accuracy reads.
+CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"

@@ -7,17 +7,15 @@ blocks, whose output is discarded, so state carries over between turns.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from reasonrl.chat import render
+from reasonrl.chat import CODE_BLOCK, render
 from reasonrl.generation import GenerationEngine, SamplingParams
 from reasonrl.pool import WorkerPool
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 
-CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 # The model's turn ends with its code; it must not write the interpreter's output itself.
 STOP = ("```output",)
 

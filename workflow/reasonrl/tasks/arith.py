@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from reasonrl.chat import CODE_BLOCK
 from reasonrl.tasks.sampling import draw_splits
 
 NAMES = ("Tom", "Anna", "Ben", "Maria", "Lily", "Sam", "Nora", "Omar", "Eva", "Raj", "Mia", "Leo")
@@ -249,13 +250,10 @@ def copy_accuracy(gold_program: str, code: str) -> float:
     return sum(g == w for g, w in zip(gold, written, strict=False)) / len(gold)
 
 
-_PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
-
-
 def assistant_code(messages: list[dict]) -> str:
     """The ```python blocks of the assistant turns, joined in order."""
     turns = (m["content"] for m in messages if m["role"] == "assistant")
-    return "".join(block for text in turns for block in _PYTHON_BLOCK.findall(text))
+    return "".join(block for text in turns for block in CODE_BLOCK.findall(text))
 
 
 def copy_summary(problems: list[dict], trajectories: list[dict]) -> dict[str, float]:
