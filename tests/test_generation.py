@@ -1,6 +1,7 @@
 """The Hugging Face engine: batching with left padding, stop strings, seeds, finish reasons."""
 
 import pytest
+import torch
 
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
@@ -39,3 +40,63 @@ def test_stop_string_cuts_the_text(engine):
             assert after.finish_reason == "stop"
             assert stop not in after.text
             assert before.text.startswith(after.text)
+
+
+def _next_turn(prompts: list[str], completions) -> list[str]:
+    """Second-turn prompts: each prompt, its completion, a tool output and a new turn."""
+    return [
+        f"{p}{c.text}<|im_end|>\n<|im_start|>user\n```output\n{i}\n```<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        for i, (p, c) in enumerate(zip(prompts, completions, strict=True))
+    ]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_conversation_reuses_earlier_turns_and_gives_the_same_text(tiny_policy, temperature):
+    params = SamplingParams(temperature=temperature, max_new_tokens=10, seed=5)
+    fresh = HFEngine.from_pretrained(str(tiny_policy), batch_size=2)
+    first = fresh.generate(PROMPTS, params)
+    expected = [c.text for c in fresh.generate(_next_turn(PROMPTS, first), params)]
+    assert fresh.reused_tokens == 0
+    engine = HFEngine.from_pretrained(str(tiny_policy), batch_size=2)
+    with engine.conversation():
+        turn = engine.generate(PROMPTS, params)
+        assert engine.reused_tokens == 0
+        second = engine.generate(_next_turn(PROMPTS, turn), params)
+    assert [c.text for c in turn] == [c.text for c in first]
+    assert [c.text for c in second] == expected
+    # every prompt but its last token, less what the completion's text re-tokenizes to
+    prompt_tokens = [len(engine.tokenizer(p, add_special_tokens=False).input_ids) for p in PROMPTS]
+    assert engine.reused_tokens >= sum(prompt_tokens) - len(PROMPTS)
+
+
+def test_new_weights_or_no_budget_reuse_nothing(tiny_policy):
+    params = SamplingParams(max_new_tokens=6)
+    engine = HFEngine.from_pretrained(str(tiny_policy), batch_size=2)
+    with engine.conversation():
+        turn = engine.generate(PROMPTS, params)
+        engine.load_weights(engine.model.state_dict())
+        engine.generate(_next_turn(PROMPTS, turn), params)
+    assert engine.reused_tokens == 0
+    unbudgeted = HFEngine.from_pretrained(str(tiny_policy), batch_size=2, prefix_cache_mb=0)
+    with unbudgeted.conversation():
+        unbudgeted.generate(_next_turn(PROMPTS, unbudgeted.generate(PROMPTS, params)), params)
+    assert unbudgeted.reused_tokens == 0
+
+
+def test_the_longest_kept_prefix_is_chosen_and_one_token_is_left_to_encode(tiny_policy):
+    from reasonrl.generation.prefix_cache import PrefixStore
+
+    engine = HFEngine.from_pretrained(str(tiny_policy), batch_size=4)
+    store = PrefixStore(2**30)
+    rows = [[5, 6, 7], [5, 6, 8, 9, 10]]
+    ids = torch.tensor([[0, 0, *rows[0]], rows[1]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    out = engine.model(input_ids=ids, attention_mask=mask, use_cache=True)
+    store.keep(
+        torch.cat([ids, ids[:, -1:]], 1), torch.cat([mask, mask[:, -1:]], 1), out.past_key_values
+    )
+    assert [row.ids for row in store.rows] == rows
+    assert store.longest_prefix([5, 6, 8, 9, 11]) == (1, 4)
+    assert store.longest_prefix([5, 6, 7]) == (0, 2)
+    assert store.longest_prefix([4, 6]) == (0, 0)

@@ -3,6 +3,7 @@ Bradley-Terry pairs and loss, and the train-reward-model stage on tiny inputs.""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -63,6 +64,9 @@ class ScriptedEngine:
         self.tokenizer = tokenizer
         self.rules = {key: itertools.cycle(texts) for key, texts in rules.items()}
         self.prompts: list[str] = []
+
+    def conversation(self):
+        return contextlib.nullcontext()
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         self.prompts += prompts

@@ -1,5 +1,7 @@
 """The multi-turn tool loop, driven by a scripted engine and the real sandbox."""
 
+import contextlib
+
 import pytest
 
 from reasonrl.generation import Completion, SamplingParams
@@ -28,8 +30,17 @@ class ScriptedEngine:
         self.tokens_per_turn = tokens_per_turn
         self.prompts: list[str] = []
         self.budgets: list[int] = []
+        self.conversations = 0
+        self.calls_in_conversation: list[int] = []
+
+    @contextlib.contextmanager
+    def conversation(self):
+        self.conversations += 1
+        yield
+        self.conversations = -abs(self.conversations)
 
     def generate(self, prompts, params: SamplingParams):
+        self.calls_in_conversation.append(self.conversations)
         self.prompts.extend(prompts)
         self.budgets.append(params.max_new_tokens)
         out = []
@@ -69,6 +80,13 @@ def test_state_carries_over_and_output_comes_back_as_user_turn(sandbox):
     assert row["finish_reason"] == "answer" and row["correct"] and row["final_answer"] == "42"
     assert row["tool_status"] == ["ok", "ok"]
     assert row["num_turns"] == 3 and row["num_tokens"] == 30
+
+
+def test_all_turns_of_a_rollout_are_one_engine_conversation(sandbox):
+    engine = ScriptedEngine(["```python\nx = 1\n```", "```python\nprint(x)\n```", "\\boxed{1}"])
+    _roll(engine, sandbox, n=2)
+    assert engine.calls_in_conversation == [1, 1, 1]  # every turn inside the one conversation
+    assert engine.conversations == -1  # which ended with the rollout
 
 
 def test_interpreter_error_is_shown_to_the_model(sandbox):

@@ -123,14 +123,15 @@ def continue_rollouts(
 
 
 def _roll(engine, states: list[_State], params, limits, sandbox, policy: str) -> list[dict]:
-    for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
-        for state in states:
-            if state.finish_reason is None and state.turns >= limits.max_turns:
-                state.finish_reason = "max_turns"
-        live = [s for s in states if s.finish_reason is None]
-        if not live:
-            break
-        _advance(engine, live, params, limits, sandbox, turn)
+    with engine.conversation():
+        for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
+            for state in states:
+                if state.finish_reason is None and state.turns >= limits.max_turns:
+                    state.finish_reason = "max_turns"
+            live = [s for s in states if s.finish_reason is None]
+            if not live:
+                break
+            _advance(engine, live, params, limits, sandbox, turn)
     for state in states:
         if state.finish_reason is None:
             state.finish_reason = "max_turns"

@@ -13,7 +13,9 @@ def make_engine(kind: str, model_path: str, settings: dict, dtype: str = "float3
     if kind == "hf":
         from reasonrl.generation.hf import HFEngine
 
-        return HFEngine.from_pretrained(model_path, batch_size=settings["batch_size"], dtype=dtype)
+        return HFEngine.from_pretrained(
+            model_path, settings["batch_size"], dtype, settings["prefix_cache_mb"]
+        )
     if kind == "vllm":
         from reasonrl.generation.vllm_engine import VLLMEngine
 

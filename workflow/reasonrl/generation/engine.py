@@ -3,6 +3,7 @@ engine protocol (generate, behaviour log-probs, live weight updates)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -28,6 +29,12 @@ class GenerationEngine(Protocol):
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         """Complete each rendered prompt; results in prompt order."""
+        ...
+
+    def conversation(self) -> AbstractContextManager:
+        """A scope whose generate calls continue each other (a multi-turn rollout: each
+        prompt extends an earlier prompt and its completion, the weights stay fixed), so an
+        engine may reuse the shared prefixes' key/value states instead of encoding them again."""
         ...
 
     def sequence_logps(self, seqs: list) -> list[float]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
 
 from reasonrl.generation.engine import Completion, SamplingParams
+from reasonrl.generation.prefix_cache import PrefixStore
 from reasonrl.models import end_of_turn_ids, load_policy, on_model_device
 
 if TYPE_CHECKING:
@@ -20,22 +23,40 @@ def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
 
 
 class HFEngine:
-    def __init__(self, model, tokenizer, batch_size: int = 32):
+    def __init__(self, model, tokenizer, batch_size: int = 32, prefix_cache_mb: int = 1024):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
         self.batch_size = batch_size
         self.eos_ids = end_of_turn_ids(tokenizer)
+        self.prefix_cache_bytes = prefix_cache_mb * 2**20
+        self._previous: PrefixStore | None = None  # the last call's rows, inside a conversation
+        self.reused_tokens = 0  # prompt tokens taken from kept states instead of encoded
 
     @classmethod
-    def from_pretrained(cls, path: str, batch_size: int = 32, dtype: str = "float32") -> HFEngine:
+    def from_pretrained(
+        cls, path: str, batch_size: int = 32, dtype: str = "float32", prefix_cache_mb: int = 1024
+    ) -> HFEngine:
         model, tokenizer = load_policy(path, dtype)
-        return cls(model, tokenizer, batch_size)
+        return cls(model, tokenizer, batch_size, prefix_cache_mb)
+
+    @contextmanager
+    def conversation(self) -> Iterator[None]:
+        """Calls inside continue earlier ones (same weights, prompts that extend the last
+        call's prompts and completions): each call keeps its rows' key/value states, up to
+        generation.prefix_cache_mb, and the next call encodes only what is new."""
+        self._previous = PrefixStore(0)
+        try:
+            yield
+        finally:
+            self._previous = None
 
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Replace the model's weights in place (the running engine keeps its tokenizer)."""
         self.model.load_state_dict(state_dict)
+        if self._previous is not None:
+            self._previous = PrefixStore(0)  # states of the old weights are not reused
 
     def sequence_logps(self, seqs: list[MaskedSequence]) -> list[float]:
         """Summed log-probs of each sequence's masked tokens under the current weights."""
@@ -53,24 +74,35 @@ class HFEngine:
         # Longest prompts first so each batch pads little; results go back in prompt order.
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
+        previous = self._previous
+        kept = None if previous is None else PrefixStore(self.prefix_cache_bytes)
         starts = range(0, len(order), self.batch_size)
         for batch_no, start in enumerate(tqdm(starts, desc="generate", leave=False)):
             idx = order[start : start + self.batch_size]
-            batch = self._generate_batch([prompts[i] for i in idx], params, batch_no)
+            batch = self._generate_batch([prompts[i] for i in idx], params, batch_no, kept)
             for i, completion in zip(idx, batch, strict=True):
                 results[i] = completion
+        if kept is not None:
+            self._previous = kept
         return results
 
     @torch.inference_mode()
     def _generate_batch(
-        self, prompts: list[str], params: SamplingParams, batch_no: int
+        self, prompts: list[str], params: SamplingParams, batch_no: int, kept: PrefixStore | None
     ) -> list[Completion]:
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = on_model_device(enc, self.model)
+        ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        store = self._previous or PrefixStore(0)
+        inputs = store.batch(ids, self.tokenizer.pad_token_id)
+        self.reused_tokens += inputs.reused_tokens
+        enc = on_model_device(
+            {"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask}, self.model
+        )
         torch.manual_seed(params.seed + batch_no)
         sampling = params.temperature > 0
         out = self.model.generate(
             **enc,
+            past_key_values=inputs.cache,
+            return_dict_in_generate=True,
             do_sample=sampling,
             temperature=params.temperature if sampling else None,
             top_p=params.top_p if sampling else None,
@@ -82,7 +114,13 @@ class HFEngine:
             tokenizer=self.tokenizer if params.stop else None,
             use_cache=True,
         )
-        new_tokens = out[:, enc["input_ids"].shape[1] :]
+        sequences, prompt_width = out.sequences, enc["input_ids"].shape[1]
+        if kept is not None:
+            # generate attends to every token it appends, padding after a row's end included
+            generated = torch.ones_like(sequences[:, prompt_width:])
+            mask = torch.cat([enc["attention_mask"], generated], 1)
+            kept.keep(sequences, mask, out.past_key_values)
+        new_tokens = sequences[:, prompt_width:]
         return [self._completion(row.tolist(), params) for row in new_tokens]
 
     def _completion(self, ids: list[int], params: SamplingParams) -> Completion:

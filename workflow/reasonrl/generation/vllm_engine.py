@@ -6,6 +6,7 @@ right text."""
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from reasonrl.errors import ReasonRLError
@@ -75,6 +76,10 @@ class VLLMEngine:
         # loading (the CPU backend's linear layers) get the new values repacked too.
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
+
+    def conversation(self) -> AbstractContextManager:
+        """vLLM's automatic prefix caching already reuses shared prefixes across calls."""
+        return nullcontext()
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         vllm = _import_vllm()
