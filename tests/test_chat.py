@@ -79,3 +79,35 @@ def test_tiny_tokenizer_uses_chatml(tiny_tokenizer):
     assert tiny_tokenizer.chat_template == CHATML_TEMPLATE
     ids = tiny_tokenizer("12345", add_special_tokens=False)["input_ids"]
     assert len(ids) == 5  # digits are split one per token
+
+
+def test_a_base_model_without_a_template_gets_the_base_model_template(tmp_path, tiny_tokenizer):
+    from reasonrl.chat import BASE_MODEL_TEMPLATE, render
+    from reasonrl.models import end_of_turn_ids, load_tokenizer
+
+    base = train_tokenizer([m["content"] for m in CONVERSATION] * 20, vocab_size=320)
+    base.chat_template = None
+    base.eos_token = "<|endoftext|>"  # a base model ends documents, not turns
+    base.save_pretrained(tmp_path)
+    tokenizer = load_tokenizer(tmp_path)
+    assert tokenizer.chat_template == BASE_MODEL_TEMPLATE
+    chat = tokenize_chat(tokenizer, CONVERSATION)
+    eos = "<|endoftext|>"
+    assert _masked_text(tokenizer, chat) == (
+        CONVERSATION[1]["content"] + eos + CONVERSATION[3]["content"] + eos
+    )
+    prompt = render(tokenizer, CONVERSATION[:3], add_generation_prompt=True)
+    assert prompt.endswith("User:\n```output\n42\n```\n\nAssistant:\n")
+    assert tokenizer.eos_token_id in end_of_turn_ids(tokenizer)
+
+
+def test_a_tokenizer_with_no_template_and_no_eos_is_refused_in_one_line(tmp_path):
+    from reasonrl.models import load_tokenizer
+
+    base = train_tokenizer(["abc"] * 5, vocab_size=300)
+    base.chat_template = None
+    base.eos_token = None
+    base.pad_token = "<|pad|>"
+    base.save_pretrained(tmp_path)
+    with pytest.raises(ReasonRLError, match="neither a chat template nor an eos token"):
+        load_tokenizer(tmp_path)

@@ -21,6 +21,18 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+# For a base model whose tokenizer has no chat template: plain "Role:" headers, and the
+# tokenizer's own eos token closes each model turn (so generation stops there and the SFT
+# loss teaches it). Prefix-consistent, as assistant_spans needs.
+BASE_MODEL_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ message['role'] | capitalize + ':\n' + message['content'] }}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}"
+    "{{ '\n\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:\n' }}{% endif %}"
+)
+
 
 def render(tokenizer, messages: list[dict], add_generation_prompt: bool = False) -> str:
     """The conversation as text, through the tokenizer's own chat template."""

@@ -21,7 +21,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from reasonrl.chat import CHATML_TEMPLATE
+from reasonrl.chat import BASE_MODEL_TEMPLATE, CHATML_TEMPLATE
 from reasonrl.errors import ReasonRLError
 from reasonrl.hub import hub_error, hub_unreachable, names_local_path, unreadable_weights
 from reasonrl.io import follow_umask, replace_durably
@@ -186,9 +186,19 @@ def from_pretrained(loader, name_or_path: str | Path, **kwargs):
 
 
 def load_tokenizer(name_or_path: str | Path):
+    """The tokenizer, with a pad token and a chat template (a base model's gets
+    chat.BASE_MODEL_TEMPLATE, saved with every policy trained from it)."""
     tokenizer = from_pretrained(AutoTokenizer, name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.chat_template is None:
+        if tokenizer.eos_token is None:
+            raise ReasonRLError(
+                f"{name_or_path}: the tokenizer has neither a chat template nor an eos token "
+                "to end a model turn with"
+            )
+        log.warning("%s has no chat template: using reasonrl's base-model template", name_or_path)
+        tokenizer.chat_template = BASE_MODEL_TEMPLATE
     return tokenizer
 
 
