@@ -100,3 +100,17 @@ def test_the_longest_kept_prefix_is_chosen_and_one_token_is_left_to_encode(tiny_
     assert store.longest_prefix([5, 6, 8, 9, 11]) == (1, 4)
     assert store.longest_prefix([5, 6, 7]) == (0, 2)
     assert store.longest_prefix([4, 6]) == (0, 0)
+
+
+def test_on_a_gpu_cudnn_attention_is_switched_off(monkeypatch):
+    from reasonrl.models import execution_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        assert execution_device().type == "cuda"
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)

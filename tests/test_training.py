@@ -288,3 +288,17 @@ def test_only_zero3_shards_are_gathered_for_saving():
     assert _gathered_state_dict(accelerator(SimpleNamespace(zero_stage=2)), model) is None
     gathered = _gathered_state_dict(accelerator(SimpleNamespace(zero_stage=3)), model)
     assert gathered == {"w": model}
+
+
+def test_gradient_checkpointing_uses_the_older_name_on_older_transformers():
+    from reasonrl.training.loop import enable_gradient_checkpointing
+
+    class OlderModel(torch.nn.Module):  # transformers < 5.21: no activation_checkpointing_enable
+        supports_gradient_checkpointing = True
+
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+            self.options = gradient_checkpointing_kwargs
+
+    model = OlderModel()
+    enable_gradient_checkpointing(model)
+    assert model.options == {"use_reentrant": False}

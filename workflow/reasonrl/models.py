@@ -213,6 +213,10 @@ def execution_device() -> torch.device:
 
     if not torch.cuda.is_available() or parse_flag_from_env("ACCELERATE_USE_CPU"):
         return torch.device("cpu")
+    # torch picks cuDNN's attention for bf16 with a mask, and it plans every new shape (each
+    # decode step, each padded width): on an H100 generation ran 5-21x and padded SFT 2-11x
+    # slower with it than with flash / memory-efficient attention (BENCHMARKS.md).
+    torch.backends.cuda.enable_cudnn_sdp(False)
     return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
 
 

@@ -130,7 +130,11 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     implementation; non-reentrant, so frozen inputs and no_grad parts keep working)."""
     if not getattr(model, "supports_gradient_checkpointing", False):
         raise ReasonRLError(f"{type(model).__name__} has no gradient checkpointing")
-    model.activation_checkpointing_enable({"use_reentrant": False})
+    options = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(options)
+    else:  # transformers before 5.21 (the GPU image's 5.20) has only the older name
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
 class TrainingLoop:
