@@ -8,8 +8,9 @@ that many sandboxes' memory caps. A batch can be cancelled (`cancel()`, from any
 given a deadline; programs still running are killed and those not started are not started
 ("cancelled"). Worker threads only wait on their sandboxes, so an interrupt of the caller
 (KeyboardInterrupt, any exception) cancels the batch and returns only once every sandbox
-is killed and reaped: no process and no zombie outlives a batch. The sandbox's zygotes (one
-warm interpreter per worker, see reasonrl.zygote) live for the batch and are closed with it.
+is killed and reaped: no process and no zombie outlives a batch. In a batch of more programs
+than workers, the sandbox's zygotes (one warm interpreter per worker, see reasonrl.zygote)
+run them; they live for the batch and are closed with it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from tqdm import tqdm
@@ -77,7 +79,9 @@ class WorkerPool:
         with self._lock:
             self._token = token
         try:
-            with self.sandbox.warm():  # zygotes live for the batch: none outlives it
+            # Zygotes pay off from a worker's second program on; they live for the batch.
+            warm = self.sandbox.warm() if len(items) > self.concurrency else nullcontext()
+            with warm:
                 return self._run_batch(items, token, deadline, progress)
         finally:
             with self._lock:

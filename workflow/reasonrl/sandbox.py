@@ -13,9 +13,10 @@ library only, unless site-packages are asked for). The caller reads output incre
 enforces the wall clock, the output cap and cancellation, and classifies the end as one of
 STATUSES. Nothing the program does raises in the caller.
 
-By default (sandbox.zygote) a program does not start its own bwrap and interpreter: a warm
-interpreter in one such sandbox per pool worker forks it and does the same set-up in the
-child (reasonrl.zygote); the caller's side, its supervision and its results are the same.
+In a pool's batch (sandbox.zygote, the default) a program does not start its own bwrap and
+interpreter: a warm interpreter in one such sandbox per pool worker forks it and does the same
+set-up in the child (reasonrl.zygote); the caller's side, its supervision and its results are
+the same.
 
 bwrap's outer process exits as soon as the program's exit status is known, before the
 sandbox's pid 1 (bwrap's init) has exited; that pid 1 would be reparented to the host's init,
@@ -307,8 +308,9 @@ class Sandbox:
         return other
 
     def warm(self) -> contextlib.AbstractContextManager[None]:
-        """Within this block, zygotes are kept between programs (a pool's batch); closed and
-        reaped when it ends. Outside it, each run starts and closes its own."""
+        """Within this block (a pool's batch), runs go through zygotes kept between programs,
+        closed and reaped when it ends. Outside it, each run starts a bwrap sandbox and an
+        interpreter of its own: for one program that is the quicker start."""
         return self._zygotes.warm()
 
     def run(
@@ -329,7 +331,7 @@ class Sandbox:
         if cancelled or (deadline is not None and deadline <= start):
             return SandboxResult("cancelled", "", "", None, 0.0)
         try:
-            if self.zygote:
+            if self.zygote and self._zygotes.active:
                 return self._run_in_zygote(code, stdin, start, cancel, deadline)
             return self._run(code, stdin, start, cancel, deadline)
         except Exception as exc:  # the caller must survive a sandbox that cannot start

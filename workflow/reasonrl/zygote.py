@@ -417,15 +417,20 @@ class Zygote:
 class WarmZygotes:
     """Idle zygotes, kept between the programs of a batch (`warm()`) and closed after it.
 
-    Outside warm(), a lease starts a zygote and closes it after its one program, so that no
-    process of ours outlives a run; inside, each pool worker takes an idle zygote of the
-    right kind (key: what its bwrap options depend on) or starts one.
+    Inside warm(), each pool worker takes an idle zygote of the right kind (key: what its
+    bwrap options depend on) or starts one; a lease outside it (or ending after it) closes
+    its zygote after its one program, so that no process of ours outlives a run.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: dict[object, list[Zygote]] = {}
         self._holds = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether a warm() block is open (runs should then go through zygotes)."""
+        return self._holds > 0
 
     @contextlib.contextmanager
     def warm(self) -> Iterator[None]:
