@@ -463,13 +463,37 @@ def test_learner_compute_is_each_steps_batch_and_update_not_its_wait_for_data():
     """A step's seconds are its update; its batch (reference log-probs, pairs) is made before
     it, and the wait for a round is neither."""
     step = {"gen_seconds": 0.0, "weight_push_seconds": 0.0, "weight_load_seconds": 0.0}
-    step.update(generator_weight_wait_seconds=0.0, elapsed=9.0)
+    step.update(generator_weight_wait_seconds=0.0, elapsed=9.0, samples=4.0, gen_tokens=30.0)
     history = [
         {**step, "seconds": 1.0, "reference_seconds": 0.5, "data_wait_seconds": 3.0},
         {**step, "seconds": 2.0, "reference_seconds": 0.25, "data_wait_seconds": 0.0},
     ]
     summary = timing_summary(history)
     assert summary["train_seconds"] == 3.75 and summary["data_wait_seconds"] == 3.0
+    assert summary["samples"] == 8 and summary["gen_tokens"] == 60
+
+
+def test_sync_and_async_runs_do_the_same_work(online_setup):
+    """The wall-clock comparison (bench/online_async.py) is only fair if both modes train on
+    the same prompts with the same updates and samples, whatever their off-policyness."""
+    config, folder = online_setup
+    policy, train = str(folder / "policy"), str(folder / "train.jsonl")
+    runs = {
+        name: run_online(config, name, policy, train, "tool", 1, str(folder / f"same-{name}"))
+        for name in ("sync", "async")  # off_policy 1 and 2: rounds of 1 and 2 steps
+    }
+    sync, run = runs["sync"], runs["async"]
+    section = config["online_dpo"]
+    assert sync["steps"] == run["steps"] == section["steps"]
+    per_step = section["prompts_per_step"] * section["samples_per_prompt"]
+    assert sync["samples"] == run["samples"] == section["steps"] * per_step
+    assert [h["samples"] for h in sync["history"]] == [h["samples"] for h in run["history"]]
+    assert sync["prompts"] == run["prompts"]
+    assert [len(ids) for ids in sync["prompts"]] == [section["prompts_per_step"]] * 4
+    assert len({i for ids in sync["prompts"] for i in ids}) == 4 * section["prompts_per_step"]
+    for metrics in (sync, run):
+        assert metrics["gen_tokens"] == sum(h["gen_tokens"] for h in metrics["history"]) > 0
+        assert metrics["threads_per_process"] == 1
 
 
 def test_table_compares_sync_and_async(tmp_path):

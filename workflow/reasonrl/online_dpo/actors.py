@@ -206,6 +206,7 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
             "messages": row["messages"],
             "correct": row["correct"],
             "finish_reason": row["finish_reason"],
+            "num_tokens": row["num_tokens"],
             "reward": sample_reward(score, row["finish_reason"], section["eos_penalty"]),
             "behaviour_logp": logp,
         }

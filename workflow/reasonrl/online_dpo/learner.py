@@ -52,6 +52,18 @@ class RoundStore:
     def save(self, payload: dict) -> None:
         write_json(self.folder / f"round-{payload['round']}.json", payload)
 
+    def step_prompts(self, schedule: Schedule, prompts_per_step: int, k: int) -> list[list[str]]:
+        """The problem ids each optimizer step trained on, from the stored rounds (all of them
+        are on disk until the run ends, a resumed run's too): rows are prompt-major, K each."""
+        per_step = prompts_per_step * k
+        steps = []
+        for round_no in range(schedule.rounds):
+            rows = self.load(round_no)["rows"]
+            for part in range(schedule.minibatches_per_round):
+                batch = rows[part * per_step : (part + 1) * per_step]
+                steps.append([row["problem_id"] for row in batch[::k]])
+        return steps
+
     def clear(self) -> None:
         if self.folder.exists():
             shutil.rmtree(self.folder)
@@ -151,6 +163,10 @@ class Learner:
             # KL(pi_gen || pi_sft) estimated on the samples, and the SFT policy's perplexity
             "kl": sum(b - r for b, r in zip(behaviour, ref, strict=True)) / len(rows),
             "ref_perplexity": math.exp(-sum(ref) / max(1, tokens)),
+            # The work: samples and generated tokens of this mini-batch (sync and async
+            # must match in expectation, or their wall-clocks do not compare).
+            "samples": float(len(rows)),
+            "gen_tokens": float(sum(row["num_tokens"] for row in rows)),
             "policy_version": float(version),
             "lag": float(step - version),
             "round": float(round_no),

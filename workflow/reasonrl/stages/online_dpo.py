@@ -58,7 +58,9 @@ def online_dpo(
     schedule = Schedule(section["steps"], section["off_policy"], section["mode"] == "async")
     # Generator and learner get half the cores each in both modes (sync: they take turns), so
     # the speedup measures the overlap alone. Sync with every thread in each phase was
-    # measured 2-10x slower on a shared 2-core machine (OpenMP threads waiting on each other).
+    # measured 2-10x slower on a shared 2-core machine (OpenMP threads waiting on each other);
+    # again on 2026-11-25: generation 11.6 and 27.0 s with 2 threads against 6.3 and 10.6 s
+    # with 1 (3 steps, runs interleaved), so one thread per phase is the best sync there.
     per_process = max(1, threads // 2)
     torch.set_num_threads(per_process)
     store = RoundStore(run.out.parent / f".{run.out.name}.rounds", run.fingerprint)
@@ -98,7 +100,12 @@ def online_dpo(
         signal.signal(signal.SIGTERM, previous)
     identity = {"variant": variant_name}
     identity.update({k: section[k] for k in ("mode", "loss", "reward", "off_policy")})
-    metrics = run.metrics(result, identity, timing_summary(result["history"]), timed=False)
+    # Which prompts each step trained on: a sync and an async run of the same config must
+    # agree, or their wall-clocks measure different work.
+    k = section["samples_per_prompt"]
+    prompts = store.step_prompts(schedule, section["prompts_per_step"], k)
+    extra = {**timing_summary(result["history"]), "threads_per_process": per_process}
+    metrics = run.metrics(result, identity, {**extra, "prompts": prompts}, timed=False)
     trained = result["model"]
     if isinstance(trained, PolicyCritic):
         run.save(trained.policy, tokenizer, metrics)
@@ -120,6 +127,8 @@ def timing_summary(history: list[dict]) -> dict:
         "weight_push_seconds": round(sum(h["weight_push_seconds"] for h in history), 3),
         "weight_load_seconds": round(sum(h["weight_load_seconds"] for h in history), 3),
         "data_wait_seconds": round(sum(h["data_wait_seconds"] for h in history), 3),
+        "samples": int(sum(h["samples"] for h in history)),
+        "gen_tokens": int(sum(h["gen_tokens"] for h in history)),
         "generator_weight_wait_seconds": round(
             sum(h["generator_weight_wait_seconds"] for h in history), 3
         ),
