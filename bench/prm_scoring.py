@@ -37,15 +37,19 @@ def cot_steps(problem: dict) -> list[str]:
 
 
 def time_scoring(model, tokenizer, problems: list[dict]) -> tuple[float, float, int]:
+    """Seconds of one-pass and of per-step scoring, solution by solution in turn (so both see
+    the same load on a shared machine), after one warm-up of each outside the clock."""
     items = [(p["question"], cot_steps(p)) for p in problems]
     labels = ["+", "-"]
-    started = time.perf_counter()
-    score_steps(model, tokenizer, items, labels, batch_size=1)
-    one_pass = time.perf_counter() - started
-    started = time.perf_counter()
-    for question, steps in items:
+    one_pass = per_step = 0.0
+    for i, (question, steps) in enumerate([items[0], *items]):
+        started = time.perf_counter()
+        score_steps(model, tokenizer, [(question, steps)], labels, batch_size=1)
+        middle = time.perf_counter()
         score_steps_one_by_one(model, tokenizer, question, steps, labels)
-    per_step = time.perf_counter() - started
+        if i > 0:
+            one_pass += middle - started
+            per_step += time.perf_counter() - middle
     return one_pass, per_step, sum(len(s) for _, s in items)
 
 

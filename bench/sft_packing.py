@@ -14,12 +14,13 @@ from record import append
 
 from reasonrl.config import load_config
 from reasonrl.io import write_jsonl
-from reasonrl.models import build_tiny_policy, load_policy
+from reasonrl.models import build_tiny_policy, load_policy, on_model_device
 from reasonrl.stages.models import corpus_texts
 from reasonrl.stages.sft import sft_samples
 from reasonrl.tasks import build_problems
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss
+from reasonrl.training.packed_attention import use_packed_attention
 
 
 def tokens_per_second(model, runs: dict[str, MicroBatches], steps: int) -> dict[str, float]:
@@ -30,15 +31,20 @@ def tokens_per_second(model, runs: dict[str, MicroBatches], steps: int) -> dict[
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = dict.fromkeys(runs, 0.0)
     seconds = dict.fromkeys(runs, 0.0)
-    for batches in runs.values():
-        batches(0)  # warm-up outside the clock
+    for batches in runs.values():  # one step of each outside the clock (allocator, kernels)
+        loss, _ = masked_lm_loss(model, on_model_device(batches(0), model))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
     for i in range(steps):
         for name, batches in runs.items():
             started = time.perf_counter()
-            loss, stats = masked_lm_loss(model, batches(i))
+            loss, stats = masked_lm_loss(model, on_model_device(batches(i), model))
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # a GPU step is timed to its end, not to its launch
             seconds[name] += time.perf_counter() - started
             tokens[name] += stats["tokens"]
     return {name: tokens[name] / seconds[name] for name in runs}
@@ -58,6 +64,7 @@ def main() -> None:
             corpus_texts([f"{tmp}/train.jsonl"]), config["policy"]["tiny"], 0, f"{tmp}/m"
         )
         model, tokenizer = load_policy(f"{tmp}/m")
+        use_packed_attention(model)  # as the sft stage does when packing; padded batches unaffected
         samples = sft_samples(tokenizer, train, "tool", sft["max_length"])
         ways = {"padded": (False, False), "length-grouped": (False, True), "packed": (True, False)}
         runs = {

@@ -100,7 +100,15 @@ def test_sequence_logps_sum_exactly_the_masked_tokens(policy):
         encode_trajectory(tokenizer, TOOL_TRAJECTORY, multi_turn=True),
         encode_trajectory(tokenizer, [QUESTION, WRONG], multi_turn=True),
     ]
+    projected = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda _module, args, _out: projected.append(tuple(args[0].shape[:2]))
+    )
     got, counts = sequence_logps(model.eval(), pad_sequences(seqs, tokenizer.pad_token_id))
+    hook.remove()
+    # the vocabulary projection ran only where it predicts a scored token of some row
+    predicting = {j for seq in seqs for j, m in enumerate(seq.mask[1:]) if m}
+    assert projected == [(len(seqs), len(predicting))]
     for seq, value, count in zip(seqs, got.tolist(), counts.tolist(), strict=True):
         token_logps = per_token_logps(model, seq.input_ids)
         expected = sum(lp for lp, m in zip(token_logps, seq.mask[1:], strict=True) if m)

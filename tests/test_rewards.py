@@ -23,6 +23,8 @@ from reasonrl.rewards.pairs import edit_distance, farthest_pair, preference_pair
 from reasonrl.rewards.scoring import (
     aggregate,
     encode_with_label_positions,
+    label_probabilities,
+    label_token_ids,
     score_steps,
     score_steps_one_by_one,
     step_classes,
@@ -274,6 +276,36 @@ def test_one_pass_step_scores_equal_per_step_scores(tiny_policy):
     torch.testing.assert_close(one_pass[0], reference, atol=1e-5, rtol=1e-4)
     # Right padding in the batch does not change the shorter solution's verdicts either.
     torch.testing.assert_close(one_pass[1], reference[:2], atol=1e-5, rtol=1e-4)
+
+
+def test_label_probabilities_equal_the_softmax_of_the_full_logits(tiny_policy):
+    """Logits made only before the labels give the verdicts of the whole sequence's logits,
+    batched with padding and with a solution whose labels were all truncated away."""
+    model, tokenizer = load_policy(tiny_policy)
+    model.eval()
+    label_ids = label_token_ids(tokenizer, ["+", "-"])
+    solutions = [["x = 12 + 30", "print(x)", "Done."], ["The answer is 42."], ["a", "b"]]
+    sequences = [
+        encode_with_label_positions(tokenizer, prm_messages("Q?", steps)) for steps in solutions
+    ]
+    sequences.append((sequences[0][0][:3], []))
+    got = label_probabilities(model, sequences, label_ids, tokenizer.pad_token_id, batch_size=3)
+    projected = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda _module, args, _out: projected.append(args[0].shape[:2])
+    )
+    alone = label_probabilities(model, sequences, label_ids, tokenizer.pad_token_id, batch_size=1)
+    hook.remove()
+    # one by one, the vocabulary projection runs on the label positions only
+    assert [n for _, n in projected] == sorted((len(p) for _, p in sequences), reverse=True)
+    for one, batched in zip(alone, got, strict=True):
+        torch.testing.assert_close(one, batched, atol=1e-5, rtol=1e-4)
+    for (ids, positions), probs in zip(sequences, got, strict=True):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0]
+        before = torch.tensor(positions, dtype=torch.long) - 1
+        expected = logits[before][:, label_ids].softmax(-1)
+        torch.testing.assert_close(probs, expected, atol=1e-5, rtol=1e-4)
 
 
 def test_label_positions_come_from_the_template_spans(tiny_policy):

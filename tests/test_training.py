@@ -1,5 +1,6 @@
 """The shared training loop: packing, masked loss, checkpoints and exact resume."""
 
+import itertools
 import json
 import os
 import stat
@@ -13,7 +14,8 @@ import torch.nn.functional as F
 
 from reasonrl.chat import TokenizedChat
 from reasonrl.models import load_policy
-from reasonrl.training.data import IGNORE, MicroBatches, pack, pad_batch
+from reasonrl.training import packed_attention
+from reasonrl.training.data import IGNORE, MicroBatches, flatten, pack, pad_batch
 from reasonrl.training.lm_loss import masked_lm_loss
 from reasonrl.training.loop import (
     CheckpointStore,
@@ -40,35 +42,115 @@ def _samples(n: int, seed: int = 0) -> list[TokenizedChat]:
     return out
 
 
-def test_packed_attention_stays_inside_each_sample(tiny):
+@pytest.mark.parametrize("attention", ["sdpa", "packed"])
+def test_packed_attention_stays_inside_each_sample(tiny, attention):
+    """Every sample of a packed row has the logits it has alone, with transformers' mask from
+    the position ids and with packed_sdpa_forward; changing one sample moves no other's."""
     model, _ = load_policy(tiny)
-    a, b = _samples(2)
-    block = pack([a, b], block_size=64, pad_id=0)[0]
+    if attention == "packed":
+        packed_attention.use_packed_attention(model)
+    samples = _samples(4)
+    row = flatten(samples)
+    inputs = {k: v for k, v in row.items() if k not in ("labels", "num_tokens")}
+    changed = list(samples)
+    changed[1] = TokenizedChat([t + 1 for t in samples[1].input_ids], samples[1].loss_mask)
+    changed_inputs = {**inputs, "input_ids": flatten(changed)["input_ids"]}
     with torch.no_grad():
-        packed = model(
-            input_ids=torch.tensor([block["input_ids"]]),
-            position_ids=torch.tensor([block["position_ids"]]),
-            use_cache=False,  # packed-sequence masks are only derived without a KV cache
-        ).logits[0]
-        alone = model(input_ids=torch.tensor([b.input_ids])).logits[0]
-    start = len(a.input_ids)
-    torch.testing.assert_close(packed[start : start + len(b.input_ids)], alone, atol=1e-5, rtol=0)
+        packed = model(**inputs, use_cache=False).logits[0]
+        after_change = model(**changed_inputs, use_cache=False).logits[0]
+        alone = [model(input_ids=torch.tensor([s.input_ids])).logits[0] for s in samples]
+    bounds = row["cu_seq_lens_q"].tolist()
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        torch.testing.assert_close(packed[lo:hi], alone[i], atol=1e-5, rtol=0)
+        if i != 1:
+            torch.testing.assert_close(after_change[lo:hi], packed[lo:hi], atol=1e-6, rtol=0)
 
 
-def test_pack_fills_blocks_and_masks_sample_starts():
+def test_gathered_and_per_sample_packed_attention_agree():
+    """The GPU's one gathered sdpa call gives the CPU's per-sample attention, gradients too."""
+    lengths = [5, 9, 1, 7]
+    bounds = torch.tensor([0, *itertools.accumulate(lengths)])
+    states = [torch.randn(1, 2, sum(lengths), 8, requires_grad=True) for _ in range(3)]
+    module = torch.nn.Module()
+    per_sample, _ = packed_attention.packed_sdpa_forward(module, *states, None, bounds, 9)
+    gathered, _ = packed_attention._gathered_sdpa(module, *states, bounds, 9)
+    torch.testing.assert_close(gathered, per_sample)
+    grads = [torch.autograd.grad(out.square().sum(), states) for out in (per_sample, gathered)]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_packed_attention_builds_no_mask_for_packed_rows(tiny, monkeypatch):
+    """A packed row is attended sample by sample without a dense [T, T] block-diagonal mask;
+    a padded batch still gets sdpa's mask."""
+    model, _ = load_policy(tiny)
+    packed_attention.use_packed_attention(model)
+    built = []
+    real_mask = packed_attention.sdpa_mask
+    monkeypatch.setattr(
+        packed_attention, "sdpa_mask", lambda **kw: built.append(1) or real_mask(**kw)
+    )
+    row = flatten(_samples(4))
+    with torch.no_grad():
+        model(**{k: v for k, v in row.items() if k not in ("labels", "num_tokens")})
+        assert built == []
+        model(**{k: v for k, v in pad_batch(_samples(4), 0).items() if k != "labels"})
+    assert built == [1]
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "packed"])
+def test_packed_loss_and_gradients_equal_the_padded_ones(tiny, attention):
+    """The same samples and weights give the same loss and gradients packed in one row as
+    padded in a batch: packing changes the layout, not what is learned."""
+    model, _ = load_policy(tiny)
+    if attention == "packed":
+        packed_attention.use_packed_attention(model)
+    samples = _samples(6)
+
+    def loss_and_grads(batch: dict) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        loss, stats = masked_lm_loss(model, batch)
+        loss.backward()
+        assert stats["target_tokens"] == sum(sum(s.loss_mask[1:]) for s in samples)
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    padded_loss, padded_grads = loss_and_grads(pad_batch(samples, pad_id=0))
+    packed_loss, packed_grads = loss_and_grads(flatten(samples))
+    torch.testing.assert_close(packed_loss, padded_loss, atol=1e-6, rtol=1e-5)
+    for packed, padded in zip(packed_grads, padded_grads, strict=True):
+        torch.testing.assert_close(packed, padded, atol=1e-6, rtol=1e-4)
+
+
+def test_pack_fills_blocks_and_flatten_masks_sample_starts():
     samples = _samples(12)
-    blocks = pack(samples, block_size=64, pad_id=0)
-    assert all(len(b["input_ids"]) == 64 for b in blocks)
-    assert sum(b["num_tokens"] for b in blocks) == sum(len(s.input_ids) for s in samples)
-    targets = sum(sum(1 for x in b["labels"] if x != IGNORE) for b in blocks)
+    blocks = pack(samples, block_size=64)
+    assert all(sum(len(s.input_ids) for s in block) <= 64 for block in blocks)
+    assert [s for block in blocks for s in block] == samples  # in order, none cut
+    # a block is closed only when the next sample does not fit
+    for block, following in zip(blocks, blocks[1:], strict=False):
+        assert sum(len(s.input_ids) for s in block) + len(following[0].input_ids) > 64
+    row = flatten(samples)
+    assert row["input_ids"].shape == (1, sum(len(s.input_ids) for s in samples))  # no padding
+    assert int(row["num_tokens"].sum()) == row["input_ids"].shape[1]
+    targets = int((row["labels"] != IGNORE).sum())
     # every sample loses its first label (never predicted across a sample boundary)
     assert targets == sum(sum(s.loss_mask[1:]) for s in samples)
+    starts = row["cu_seq_lens_q"][:-1]
+    assert (row["position_ids"][0, starts] == 0).all()
 
 
 def test_masked_loss_matches_formula(tiny):
     model, _ = load_policy(tiny)
     batch = pad_batch(_samples(3), pad_id=0)
+    projected = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda _module, args, _out: projected.append(tuple(args[0].shape[:2]))
+    )
     loss, stats = masked_lm_loss(model, batch)
+    hook.remove()
+    # the vocabulary projection ran only where it predicts a label of some row
+    predicting = int((batch["labels"][:, 1:] != IGNORE).any(0).sum())
+    assert projected == [(3, predicting)] and predicting < batch["labels"].shape[1] - 1
     with torch.no_grad():
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     total, count = 0.0, 0

@@ -69,13 +69,37 @@ def next_token_logps(
     return action_logps(logits, batch["input_ids"]), logits.dtype
 
 
+def predicting_positions(targets: torch.Tensor) -> torch.Tensor:
+    """The positions (ascending) whose logits predict a target in some row: j when token
+    j+1 of any row is one (`targets` [B, T] marks the target tokens).
+
+    Given to a model as transformers' `logits_to_keep`, it makes logits only there: the
+    vocabulary projection (and its softmax) at positions whose logits are thrown away costs
+    as much as at the others, forward and backward.
+    """
+    return targets[:, 1:].bool().any(0).nonzero().flatten()
+
+
 def sequence_logps(
     model: torch.nn.Module, batch: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of log pi(token | prefix) over the score mask of each row, and the token counts."""
-    logps, logits_dtype = next_token_logps(model, batch)
-    mask = batch["score_mask"][:, 1:].to(logits_dtype)
-    return (logps * mask).sum(-1), mask.sum(-1)
+    """Sum of log pi(token | prefix) over the score mask of each row, and the token counts.
+
+    Logits are made only at the positions that predict a scored token (predicting_positions).
+    """
+    kept = predicting_positions(batch["score_mask"])
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        use_cache=False,
+        logits_to_keep=kept,
+    ).logits
+    scored = batch["score_mask"][:, 1:][:, kept].bool()
+    targets = batch["input_ids"][:, 1:][:, kept][scored]
+    picked = logits[scored].float().log_softmax(-1).gather(1, targets.unsqueeze(-1)).squeeze(-1)
+    logps = torch.zeros(scored.shape, dtype=picked.dtype, device=picked.device)
+    logps = logps.masked_scatter(scored, picked)
+    return logps.sum(-1), scored.to(logits.dtype).sum(-1)
 
 
 @torch.no_grad()

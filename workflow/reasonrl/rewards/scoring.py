@@ -65,6 +65,8 @@ def label_probabilities(
     """For each (ids, label positions): softmax over the label tokens at every position.
 
     One forward pass per sequence (batched, right-padded); returns [positions, labels] each.
+    Logits are made only at the tokens before the labels (transformers' logits_to_keep):
+    the vocabulary projection of every other position would be thrown away.
     """
     out: list[torch.Tensor | None] = [None] * len(sequences)
     order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i][0]))
@@ -75,16 +77,21 @@ def label_probabilities(
         width = max(len(sequences[i][0]) for i in idx)
         ids = torch.full((len(idx), width), pad_id)
         mask = torch.zeros((len(idx), width), dtype=torch.long)
+        verdicts = torch.zeros((len(idx), width), dtype=torch.bool)
         for row, i in enumerate(idx):
-            seq = sequences[i][0]
+            seq, positions = sequences[i]
             ids[row, : len(seq)] = torch.tensor(seq)
             mask[row, : len(seq)] = 1
+            verdicts[row, [p - 1 for p in positions]] = True
         enc = to_device({"input_ids": ids, "attention_mask": mask}, device)
-        logits = model(**enc, use_cache=False).logits
-        for row, i in enumerate(idx):
-            before = torch.tensor(sequences[i][1], dtype=torch.long, device=device) - 1
-            chosen = logits[row, before][:, candidates]
-            out[i] = chosen.float().softmax(-1).cpu()
+        kept = verdicts.any(0).nonzero().flatten()
+        logits = model(**enc, use_cache=False, logits_to_keep=kept.to(device)).logits
+        # Boolean selection keeps positions in row-major order: each row's ascending labels.
+        picked = logits[verdicts[:, kept].to(device)][:, candidates]
+        probs = picked.float().softmax(-1).cpu()
+        counts = verdicts.sum(-1).tolist()
+        for i, rows in zip(idx, probs.split(counts), strict=True):
+            out[i] = rows
     return out
 
 

@@ -10,6 +10,7 @@ from reasonrl.tasks import prompt_messages, solution_messages
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss
 from reasonrl.training.loop import LoopSettings
+from reasonrl.training.packed_attention import use_packed_attention
 
 
 def sft_samples(tokenizer, problems: list[dict], style: str, max_length: int) -> list:
@@ -44,6 +45,8 @@ def sft(config: dict, style: str, model_path: str, train_files: list[str], out_d
         section["block_size"],
         section["group_by_length"],
     )
+    if section["packing"]:
+        use_packed_attention(model)
     result = run.fit(model, batches, masked_lm_loss, LoopSettings.from_config(section, seed))
     extra = {
         "tokens_per_second": _tokens_per_second(result["history"]),

@@ -1,13 +1,16 @@
-"""Turning tokenised chats into micro-batches: padded, or packed into fixed-length blocks.
+"""Turning tokenised chats into micro-batches: padded, or packed without padding.
 
 Length-grouped batches (transformers' `group_by_length`) sort each shuffled mega-batch of
 samples by length before cutting it into batches, so a padded batch holds samples of similar
 length and little compute goes to padding; the batches are then shuffled.
 
-Packed blocks carry position ids that restart at 0 for every sample; with no attention mask,
-transformers builds a block-diagonal causal mask from them, so attention stays inside each
-sample. Micro-batch i is a pure function of i (epoch permutations come from the seed), which
-is what makes resume exact.
+Packing groups samples into blocks of at most `block_size` tokens; a packed micro-batch lays
+its blocks' samples end to end in ONE row, with no padding at all (transformers'
+DataCollatorWithFlattening): position ids restart at 0 for every sample and the sample
+boundaries travel as `cu_seq_lens_q`/`_k`, so attention stays inside each sample, either
+through transformers' mask derived from the position ids or, cheaper, through
+reasonrl.training.packed_attention. Micro-batch i is a pure function of i (epoch
+permutations come from the seed), which is what makes resume exact.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import torch
+from transformers import DataCollatorWithFlattening
 
 from reasonrl.chat import TokenizedChat
 
 IGNORE = -100
+# The boundaries of a packed row, for attention functions that run sample by sample.
+PACKED_INPUTS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 # Batches per mega-batch that is sorted by length (transformers' LengthGroupedSampler: 50).
 MEGA_BATCH_BATCHES = 50
 
@@ -31,35 +37,28 @@ def _labels(sample: TokenizedChat) -> list[int]:
     return labels
 
 
-def pack(samples: Sequence[TokenizedChat], block_size: int, pad_id: int) -> list[dict]:
-    """Greedily pack samples in order into blocks of exactly `block_size` tokens."""
-    blocks: list[dict] = []
-    ids: list[int] = []
-    labels: list[int] = []
-    positions: list[int] = []
-
-    def close() -> None:
-        fill = block_size - len(ids)
-        blocks.append(
-            {
-                "input_ids": ids + [pad_id] * fill,
-                "labels": labels + [IGNORE] * fill,
-                "position_ids": positions + list(range(fill)),
-                "num_tokens": len(ids),
-            }
-        )
-
+def pack(samples: Sequence[TokenizedChat], block_size: int) -> list[list[TokenizedChat]]:
+    """Greedily group samples, in order, into blocks of at most `block_size` tokens (a longer
+    sample is cut to `block_size`)."""
+    blocks: list[list[TokenizedChat]] = []
+    size = block_size
     for sample in samples:
-        sample_ids = sample.input_ids[:block_size]
-        if len(ids) + len(sample_ids) > block_size:
-            close()
-            ids, labels, positions = [], [], []
-        ids += sample_ids
-        labels += _labels(sample)[:block_size]
-        positions += list(range(len(sample_ids)))
-    if ids:
-        close()
+        sample = TokenizedChat(sample.input_ids[:block_size], sample.loss_mask[:block_size])
+        if size + len(sample.input_ids) > block_size:
+            blocks.append([])
+            size = 0
+        blocks[-1].append(sample)
+        size += len(sample.input_ids)
     return blocks
+
+
+def flatten(samples: Sequence[TokenizedChat]) -> dict[str, torch.Tensor]:
+    """One padding-free row of `samples` end to end: input ids, labels (no sample's first token
+    is predicted, so none from the previous sample), restarting position ids and boundaries."""
+    collate = DataCollatorWithFlattening(return_flash_attn_kwargs=True, separator_id=IGNORE)
+    batch = collate([{"input_ids": s.input_ids, "labels": s.labels} for s in samples])
+    batch["num_tokens"] = torch.tensor([batch["input_ids"].shape[1]])
+    return dict(batch)
 
 
 def pad_batch(samples: Sequence[TokenizedChat], pad_id: int) -> dict[str, torch.Tensor]:
@@ -96,7 +95,7 @@ class MicroBatches:
         if packing:
             shuffled = list(samples)
             random.Random(seed).shuffle(shuffled)
-            self.items = pack(shuffled, block_size, pad_id)
+            self.items = pack(shuffled, block_size)
         else:
             self.items = list(samples)
         self.per_epoch = max(1, len(self.items) // batch_size)
@@ -122,5 +121,5 @@ class MicroBatches:
         epoch, position = divmod(index, self.per_epoch)
         chosen = [self.items[j] for j in self._epoch_batches(epoch)[position]]
         if self.packing:
-            return {k: torch.tensor([c[k] for c in chosen]) for k in chosen[0]}
+            return flatten([sample for block in chosen for sample in block])
         return pad_batch(chosen, self.pad_id)

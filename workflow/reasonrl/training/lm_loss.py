@@ -5,25 +5,30 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from reasonrl.training.data import IGNORE
+from reasonrl.sequences import predicting_positions
+from reasonrl.training.data import IGNORE, PACKED_INPUTS
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
 
 
 def masked_lm_loss(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-    """Mean cross-entropy over tokens whose label is not IGNORE (assistant tokens)."""
-    inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
-    logits = model(**inputs, use_cache=False).logits[:, :-1]
-    targets = batch["labels"][:, 1:]
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=IGNORE
-    )
-    scored = targets != IGNORE
+    """Mean cross-entropy over tokens whose label is not IGNORE (assistant tokens).
+
+    Logits are made only at the positions that predict a label (predicting_positions).
+    """
+    inputs = {k: batch[k] for k in MODEL_INPUTS + PACKED_INPUTS if k in batch}
+    kept = predicting_positions(batch["labels"] != IGNORE)
+    logits = model(**inputs, use_cache=False, logits_to_keep=kept).logits
+    labels = batch["labels"][:, 1:][:, kept]
+    scored = labels != IGNORE
+    targets = labels[scored]
+    logits = logits[scored]
+    loss = F.cross_entropy(logits.float(), targets)
     # ORM/PRM train only on their label tokens: this is the label (PRM: step) accuracy.
-    right = (logits.argmax(-1) == targets) & scored
+    right = logits.argmax(-1) == targets
     stats = {
         "tokens": float(batch["num_tokens"].sum()),
-        "target_tokens": float(scored.sum()),
-        "token_accuracy": float(right.sum() / scored.sum().clamp(min=1)),
+        "target_tokens": float(targets.numel()),
+        "token_accuracy": float(right.sum() / max(1, targets.numel())),
     }
     return loss, stats
