@@ -56,6 +56,7 @@ from reasonrl.cgroups import MemoryGroup, owner_is_gone
 from reasonrl.errors import ReasonRLError
 from reasonrl.subreaper import as_subreaper
 from reasonrl.zygote import (
+    CONFINE_SOURCE,
     PRELOADED_MODULES,
     SCRIPT_NAME,
     ZYGOTE_SOURCE,
@@ -96,37 +97,16 @@ _PROGRAM_FILE_MARK = 'main.py", line '  # how a traceback names a frame of the p
 # "the sandbox could not start" from "the program failed". The program then runs in this same
 # interpreter (one interpreter start per run, not two), with unbuffered stdout and stderr as
 # under `python -u`, and site-packages only when asked for.
-_BOOTSTRAP = """\
+_BOOTSTRAP = (
+    """\
 import os, resource, sys
 cpu, mem, nproc, fsize, uid, ready, cgroup, site = map(int, sys.argv[1:9])
 if cgroup >= 0:
     os.write(cgroup, b"0")
-R = resource
-for kind, soft, hard in ((R.RLIMIT_CPU, cpu, cpu + 1), (R.RLIMIT_AS, mem, mem),
-                         (R.RLIMIT_NPROC, nproc, nproc), (R.RLIMIT_FSIZE, fsize, fsize),
-                         (R.RLIMIT_CORE, 0, 0)):
-    if soft >= 0:
-        R.setrlimit(kind, (soft, hard))
-if uid >= 0:
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-os.write(ready, b"1")
-os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no pipe of ours
-import io
-def unbuffered(fd, errors):
-    raw = io.FileIO(fd, "w", closefd=False)
-    return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
-sys.stdout = sys.__stdout__ = unbuffered(1, "strict")
-sys.stderr = sys.__stderr__ = unbuffered(2, "backslashreplace")
-if site:
-    import site as site_module
-    site_module.main()
 path = sys.argv[9]
-with open(path, "rb") as script:
-    source = script.read()
-if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxError
-    sys.exit("SyntaxError: source code string cannot contain null bytes")
+"""
+    + CONFINE_SOURCE
+    + """\
 code = compile(source, path, "exec")
 sys.argv = [path]
 __file__ = path
@@ -136,6 +116,7 @@ for name in [n for n in globals() if not n.startswith("__") and n != "code"]:
 del name
 exec(globals().pop("code"), globals())
 """
+)
 
 # Threaded numeric libraries would otherwise start one thread per core and hit RLIMIT_NPROC.
 _ENV = {

@@ -55,11 +55,45 @@ SCRIPT_NAME = "main.py"  # in the caller's folder of a zygote
 _START_TIMEOUT_S = 60.0
 _EXIT_GRACE_S = 5.0
 
+# The program's side of a sandbox, for the fresh sandbox's bootstrap and the zygote's forked
+# child alike (given os, resource, sys and the numbers cpu, mem, nproc, fsize, uid, ready, site
+# and path): the rlimits (a negative value leaves one alone), the uid drop (root is exempt from
+# RLIMIT_NPROC), the ready byte, no descriptor of ours left open, stdout and stderr unbuffered
+# as under `python -u`, site-packages only when asked for, and the program's source read.
+CONFINE_SOURCE = """\
+R = resource
+for kind, soft, hard in ((R.RLIMIT_CPU, cpu, cpu + 1), (R.RLIMIT_AS, mem, mem),
+                         (R.RLIMIT_NPROC, nproc, nproc), (R.RLIMIT_FSIZE, fsize, fsize),
+                         (R.RLIMIT_CORE, 0, 0)):
+    if soft >= 0:
+        R.setrlimit(kind, (soft, hard))
+if uid >= 0:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+os.write(ready, b"1")
+os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no descriptor of ours
+import io
+def unbuffered(fd, errors):
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
+sys.stdout = sys.__stdout__ = unbuffered(1, "strict")
+sys.stderr = sys.__stderr__ = unbuffered(2, "backslashreplace")
+if site:
+    import site as site_module
+    site_module.main()
+with open(path, "rb") as script:
+    source = script.read()
+if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxError
+    sys.exit("SyntaxError: source code string cannot contain null bytes")
+"""
+
 # Runs inside the sandbox as `python -I -S -c ZYGOTE_SOURCE CTRL_FD MODULE,MODULE,...`.
 # serve() returns only in a forked child, which then sets itself up and runs the program at the
 # top level, as the fresh sandbox's bootstrap does (same order: cgroup, limits, uid drop, ready
 # byte).
-ZYGOTE_SOURCE = """\
+ZYGOTE_SOURCE = (
+    """\
 import array, os, resource, select, shutil, signal, socket, sys, time
 CTRL = socket.socket(fileno=int(sys.argv[1]))
 PRELOADED = sys.argv[2].split(",")
@@ -242,32 +276,10 @@ if cgroup:
 os.chdir("/tmp")
 for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
     os.dup2(fd, target)
-R = resource
-for kind, soft, hard in ((R.RLIMIT_CPU, cpu, cpu + 1), (R.RLIMIT_AS, mem, mem),
-                         (R.RLIMIT_NPROC, nproc, nproc), (R.RLIMIT_FSIZE, fsize, fsize),
-                         (R.RLIMIT_CORE, 0, 0)):
-    if soft >= 0:
-        R.setrlimit(kind, (soft, hard))
-if uid >= 0:
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-os.write(ready, b"1")
-os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no descriptor of ours
-import io
-def unbuffered(fd, errors):
-    raw = io.FileIO(fd, "w", closefd=False)
-    return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
-sys.stdout = sys.__stdout__ = unbuffered(1, "strict")
-sys.stderr = sys.__stderr__ = unbuffered(2, "backslashreplace")
-if site:
-    import site as site_module
-    site_module.main()
 path = "/tmp/main.py"
-with open(path, "rb") as script:
-    source = script.read()
-if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxError
-    sys.exit("SyntaxError: source code string cannot contain null bytes")
+"""
+    + CONFINE_SOURCE
+    + """\
 code = compile(source, path, "exec")
 run = make_runner(sys, os, signal)
 sys.argv = [path]
@@ -278,6 +290,7 @@ for name in [n for n in globals() if not n.startswith("__") and n not in ("code"
 del name
 globals().pop("run")(globals().pop("code"), globals())
 """
+)
 
 
 class ZygoteBroken(ReasonRLError):
