@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reasonrl.chat import tokenize_chat
+from reasonrl.chat import assistant_spans, tokenize_chat
+from reasonrl.divergence import Divergence, first_divergence
 from reasonrl.errors import ReasonRLError
 from reasonrl.models import on_model_device
 
@@ -40,6 +41,42 @@ def encode_trajectory(
         last = len(mask) - 1 - mask[::-1].index(1)
         mask = [int(first <= i <= last) for i in range(len(mask))]
     return MaskedSequence(chat.input_ids, mask)
+
+
+def encode_step(
+    tokenizer, messages: list[dict], turn: int, span: tuple[int, int], max_length: int | None
+) -> MaskedSequence:
+    """Tokenise a trajectory with the mask of one step of its model turn `turn`: every token
+    that overlaps the step's characters (`span` of the turn's content; a span that reaches the
+    content's end takes the turn's end marker). Overlap, not start, decides, so a token that
+    straddles the step's first character is scored on both sides of a pair."""
+    text, spans = assistant_spans(tokenizer, messages)
+    start, end = spans[sum(m["role"] == "assistant" for m in messages[:turn])]
+    content = messages[turn]["content"]
+    if text[start : start + len(content)] != content:
+        raise ReasonRLError("the chat template rewrites a model turn; its steps cannot be located")
+    lo = start + span[0]
+    hi = end if span[1] == len(content) else start + span[1]
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoded["input_ids"][:max_length]
+    mask = [int(a < hi and b > lo) for a, b in encoded["offset_mapping"]][:max_length]
+    if not any(mask):
+        raise ReasonRLError(f"a step-level pair's step lies beyond max_length {max_length}")
+    return MaskedSequence(ids, mask)
+
+
+def encode_step_pair(
+    tokenizer, chosen: list[dict], rejected: list[dict], max_length: int | None
+) -> tuple[MaskedSequence, MaskedSequence] | None:
+    """(chosen, rejected) masked on the step where they first diverge (reasonrl.divergence), or
+    None when they first differ outside a model turn."""
+    divergence: Divergence | None = first_divergence(chosen, rejected)
+    if divergence is None:
+        return None
+    return (
+        encode_step(tokenizer, chosen, divergence.turn, divergence.chosen, max_length),
+        encode_step(tokenizer, rejected, divergence.turn, divergence.rejected, max_length),
+    )
 
 
 def pad_sequences(seqs: Sequence[MaskedSequence], pad_id: int) -> dict[str, torch.Tensor]:

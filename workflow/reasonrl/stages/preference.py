@@ -237,7 +237,7 @@ def _sequences(tokenizer, variant: dict, rows: list[dict], max_length: int) -> l
 
     family, multi_turn = LOSSES[variant["loss"]]
     if family == "dpo":
-        return pair_sequences(tokenizer, rows, multi_turn, max_length)
+        return pair_sequences(tokenizer, rows, multi_turn, max_length, variant["credit"])
     return unpaired_sequences(tokenizer, rows, multi_turn, max_length)
 
 

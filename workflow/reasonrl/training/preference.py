@@ -23,7 +23,12 @@ import torch
 import torch.nn.functional as F
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.sequences import encode_trajectory, pad_sequences, sequence_logps
+from reasonrl.sequences import (
+    encode_step_pair,
+    encode_trajectory,
+    pad_sequences,
+    sequence_logps,
+)
 
 # loss name -> (family, multi_turn)
 LOSSES = {
@@ -146,15 +151,33 @@ class PreferenceObjective:
         return loss, stats
 
 
-def pair_sequences(tokenizer, rows: list[dict], multi_turn: bool, max_length: int) -> list:
-    """(chosen, rejected) MaskedSequences of preference-pair rows."""
-    return [
-        (
-            encode_trajectory(tokenizer, row["chosen"], multi_turn, max_length),
-            encode_trajectory(tokenizer, row["rejected"], multi_turn, max_length),
-        )
-        for row in rows
-    ]
+PAIR_CREDITS = ("trajectory", "step")
+
+
+def pair_sequences(
+    tokenizer, rows: list[dict], multi_turn: bool, max_length: int, credit: str = "trajectory"
+) -> list:
+    """(chosen, rejected) MaskedSequences of preference-pair rows.
+
+    credit "trajectory": each side's log-prob sums over its whole trajectory (the model's turns
+    for multi-turn losses). "step": over the step where the two first diverge only, in their
+    shared context (Step-DPO); a pair that first differs outside a model turn keeps the
+    trajectory masks, so every row keeps its place beside its cached reference values.
+    """
+    if credit not in PAIR_CREDITS:
+        raise ReasonRLError(f"unknown pair credit {credit!r} (expected one of {PAIR_CREDITS})")
+    return [_pair(tokenizer, row, multi_turn, max_length, credit) for row in rows]
+
+
+def _pair(tokenizer, row: dict, multi_turn: bool, max_length: int, credit: str) -> tuple:
+    if credit == "step":
+        step = encode_step_pair(tokenizer, row["chosen"], row["rejected"], max_length)
+        if step is not None:
+            return step
+    return (
+        encode_trajectory(tokenizer, row["chosen"], multi_turn, max_length),
+        encode_trajectory(tokenizer, row["rejected"], multi_turn, max_length),
+    )
 
 
 def unpaired_sequences(tokenizer, rows: list[dict], multi_turn: bool, max_length: int) -> list:
