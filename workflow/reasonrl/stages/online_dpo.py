@@ -216,8 +216,8 @@ def _markdown(rows: list[dict]) -> str:
     )
     note = (
         "\nFinal reward and KL: mean of the last quarter of the steps. KL: mean log-ratio of "
-        "the sampling policy to the SFT reference on the samples. Achieved speedup: the first "
-        "sync run's wall-clock over this run's.\n"
+        "the sampling policy to the SFT reference on the samples' sampled tokens. Achieved "
+        "speedup: the first sync run's wall-clock over this run's.\n"
     )
     return markdown(shown) + note
 
