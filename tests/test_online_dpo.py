@@ -579,6 +579,17 @@ def test_learner_compute_is_each_steps_batch_and_update_not_its_wait_for_data():
     assert summary["samples"] == 8 and summary["gen_tokens"] == 60
 
 
+def test_timing_summary_of_a_run_resumed_from_before_the_work_counts():
+    """Steps a checkpoint logged before `samples` / `gen_tokens` existed leave them unknown."""
+    step = {"gen_seconds": 1.0, "weight_push_seconds": 0.0, "weight_load_seconds": 0.0}
+    step.update(generator_weight_wait_seconds=0.0, data_wait_seconds=0.0, elapsed=9.0)
+    step.update(seconds=1.0, reference_seconds=0.5)
+    history = [step, {**step, "samples": 4.0, "gen_tokens": 30.0}]
+    summary = timing_summary(history)
+    assert summary["samples"] is None and summary["gen_tokens"] is None
+    assert summary["gen_seconds"] == 2.0 and summary["train_seconds"] == 3.0
+
+
 def test_sync_and_async_runs_do_the_same_work(online_setup):
     """The wall-clock comparison (bench/online_async.py) is only fair if both modes train on
     the same prompts with the same updates and samples, whatever their off-policyness."""
