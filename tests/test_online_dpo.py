@@ -134,11 +134,11 @@ def test_ppo_batch_puts_each_log_prob_on_its_action_and_the_ratio_uses_them(tiny
 
 def test_sampled_trajectory_scores_the_sampled_ids_not_their_re_encoded_text(tiny_policy):
     from reasonrl.chat import render
-    from reasonrl.models import end_of_turn_ids, load_policy
+    from reasonrl.models import load_policy
     from reasonrl.sequences import encode_trajectory, sampled_trajectory
 
     _, tokenizer = load_policy(tiny_policy)
-    (im_end,) = end_of_turn_ids(tokenizer)[-1:]
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pieces = tokenizer.convert_tokens_to_ids(["x", "Ġ", "=", "Ġ", "1", "2"])
     stray = tokenizer.convert_tokens_to_ids(["Ã"])  # half a UTF-8 character: decodes to U+FFFD
     prompt = [{"role": "user", "content": "Add."}]
@@ -156,7 +156,8 @@ def test_sampled_trajectory_scores_the_sampled_ids_not_their_re_encoded_text(tin
     context = tokenizer(render(tokenizer, prompt, True), add_special_tokens=False)["input_ids"]
     assert seq.input_ids[: len(context)] == context and not any(seq.mask[: len(context)])
     assert seq.input_ids[-1] != im_end  # the capped turn ends where the model stopped
-    assert seq.input_ids.count(im_end) == messages.count(messages[0]) + 2  # none twice
+    # The prompt's, the first turn's (sampled, not doubled by the template) and the output's.
+    assert seq.input_ids.count(im_end) == 3
     # Re-rendering scores other tokens: merged pieces, U+FFFD, a forced end-of-turn token.
     rendered = encode_trajectory(tokenizer, messages, True)
     scored = [t for t, m in zip(rendered.input_ids, rendered.mask, strict=True) if m]
