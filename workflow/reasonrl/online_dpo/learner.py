@@ -166,7 +166,9 @@ class Learner:
             "win_margin": sum(margins) / len(margins) if margins else 0.0,
             "pairs": float(len(pairs)),
             "ties": float(ties),
-            # KL(pi_gen || pi_sft) estimated on the samples, and the SFT policy's perplexity
+            # KL(pi_gen || pi_sft) estimated on the samples, and the SFT policy's perplexity.
+            # Both log-probs are at temperature 1: the estimate is on-sample only when
+            # online_dpo.temperature is 1 and top_p 1 (the default).
             "kl": sum(b - r for b, r in zip(behaviour, ref, strict=True)) / len(rows),
             "ref_perplexity": math.exp(-sum(ref) / max(1, tokens)),
             # The work: samples and generated tokens of this mini-batch (sync and async
