@@ -42,6 +42,20 @@ def test_stop_string_cuts_the_text(engine):
             assert before.text.startswith(after.text)
 
 
+def test_completions_carry_the_token_ids_they_sampled(engine):
+    """Greedy ids are each the argmax after the prompt and the ids before them: the sampled
+    tokens themselves, whatever their text re-encodes to (left padding notwithstanding)."""
+    params = SamplingParams(max_new_tokens=10)
+    for prompt, completion in zip(PROMPTS, engine.generate(PROMPTS, params), strict=True):
+        sampled = list(completion.token_ids)
+        assert len(sampled) == completion.num_tokens
+        assert engine.tokenizer.decode(sampled, skip_special_tokens=True) == completion.text
+        prompt_ids = engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = engine.model(torch.tensor([prompt_ids + sampled])).logits[0]
+        assert logits[len(prompt_ids) - 1 : -1].argmax(-1).tolist() == sampled
+
+
 def _next_turn(prompts: list[str], completions) -> list[str]:
     """Second-turn prompts: each prompt, its completion, a tool output and a new turn."""
     return [

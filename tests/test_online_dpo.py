@@ -129,6 +129,113 @@ def test_ppo_batch_puts_each_log_prob_on_its_action_and_the_ratio_uses_them(tiny
     assert stats["ratio_mean"] == pytest.approx(math.e, rel=1e-4)
 
 
+# ---- the samples as sampled ------------------------------------------------------------------
+
+
+def test_sampled_trajectory_scores_the_sampled_ids_not_their_re_encoded_text(tiny_policy):
+    from reasonrl.chat import render
+    from reasonrl.models import load_policy
+    from reasonrl.sequences import encode_trajectory, sampled_trajectory
+
+    _, tokenizer = load_policy(tiny_policy)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pieces = tokenizer.convert_tokens_to_ids(["x", "Ġ", "=", "Ġ", "1", "2"])
+    stray = tokenizer.convert_tokens_to_ids(["Ã"])  # half a UTF-8 character: decodes to U+FFFD
+    prompt = [{"role": "user", "content": "Add."}]
+    # A first turn that ended at its own end-of-turn token, a tool output, and a second turn a
+    # token cap cut (no end-of-turn token sampled), with stray bytes and unmerged pieces.
+    first, second = [*pieces, im_end], [*pieces, *stray, *pieces]
+    messages = [
+        *prompt,
+        {"role": "assistant", "content": tokenizer.decode(first, skip_special_tokens=True)},
+        {"role": "user", "content": "```output\n12\n```"},
+        {"role": "assistant", "content": tokenizer.decode(second, skip_special_tokens=True)},
+    ]
+    seq = sampled_trajectory(tokenizer, messages, [first, second])
+    assert [t for t, m in zip(seq.input_ids, seq.mask, strict=True) if m] == first + second
+    context = tokenizer(render(tokenizer, prompt, True), add_special_tokens=False)["input_ids"]
+    assert seq.input_ids[: len(context)] == context and not any(seq.mask[: len(context)])
+    assert seq.input_ids[-1] != im_end  # the capped turn ends where the model stopped
+    # The prompt's, the first turn's (sampled, not doubled by the template) and the output's.
+    assert seq.input_ids.count(im_end) == 3
+    # Re-rendering scores other tokens: merged pieces, U+FFFD, a forced end-of-turn token.
+    rendered = encode_trajectory(tokenizer, messages, True)
+    scored = [t for t, m in zip(rendered.input_ids, rendered.mask, strict=True) if m]
+    assert scored != first + second and scored[-1] == im_end
+    with pytest.raises(ReasonRLError, match="2 model turns but sampled ids for 1"):
+        sampled_trajectory(tokenizer, messages, [first])
+
+
+SAMPLED = {"loss": "dpo", "prompts_per_step": 16, "samples_per_prompt": 4}
+
+
+def _sample_round(setup: tuple[dict, Path], policy, tokenizer, seed: int) -> dict:
+    """A round of 16 prompts x 4 samples that `policy` made in the generator's code path."""
+    from reasonrl.generation.hf import HFEngine
+    from reasonrl.io import read_jsonl
+    from reasonrl.online_dpo.actors import sample_round
+    from reasonrl.rewards.sequence import SequenceScorer
+    from reasonrl.sandbox import Sandbox
+
+    config, folder = setup
+    spec = GeneratorSpec(
+        config={
+            "online_dpo": {**config["online_dpo"], **SAMPLED},
+            "seed": seed,
+            **{k: config[k] for k in ("rollout", "policy")},
+        },
+        model_path="",
+        problems=read_jsonl(folder / "train.jsonl"),
+        style="tool",
+        schedule=Schedule(1, 1, False),
+        first_round=0,
+        threads=1,
+    )
+    scorer = SequenceScorer("oracle", None, "float32", "online_dpo.reward")
+    engine = HFEngine(policy, tokenizer, batch_size=64)
+    rows = sample_round(engine, Sandbox.from_config(config["sandbox"]), scorer, spec, 0)
+    payload = {"version": 0, "rows": rows, "gen_seconds": 0.0}
+    return {**payload, "weight_wait_seconds": 0.0, "weight_load_seconds": 0.0}
+
+
+def _logged_kl(setup: tuple[dict, Path], payload: dict, reference, tokenizer) -> float:
+    from reasonrl.online_dpo.learner import Learner
+
+    section = {**setup[0]["online_dpo"], **SAMPLED}
+    learner = Learner(None, None, Schedule(1, 1, False), section, tokenizer, reference)
+    return learner.minibatch(payload, 0, 0.0)["metrics"]["kl"]
+
+
+def test_logged_kl_is_zero_for_the_reference_and_not_negative_after_training(online_setup):
+    """KL(policy || reference) on the policy's own samples is >= 0 in expectation. The logged
+    one was negative (-9 nats per sample in the bench): it scored the samples' re-encoded
+    text, which a policy trained on that text to push its capped samples down (as online DPO
+    pushes its rejected ones) scores far below the reference, not the tokens it sampled."""
+    import copy
+
+    from reasonrl.models import load_policy
+    from reasonrl.sequences import encode_trajectory, pad_sequences, sequence_logps
+
+    _, folder = online_setup
+    reference, tokenizer = load_policy(folder / "policy")
+    payload = _sample_round(online_setup, reference, tokenizer, seed=0)
+    assert _logged_kl(online_setup, payload, reference, tokenizer) == pytest.approx(0, abs=1e-5)
+    capped = [row for row in payload["rows"] if row["finish_reason"] == "turn_token_cap"]
+    rendered = [encode_trajectory(tokenizer, row["messages"], True) for row in capped]
+    batch = pad_sequences(rendered, tokenizer.pad_token_id)
+    policy = copy.deepcopy(reference).train()
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    for _ in range(5):
+        optimizer.zero_grad()
+        sequence_logps(policy, batch)[0].mean().backward()
+        optimizer.step()
+    # Fresh samples (another seed: the same draws would resample the pushed-down ones). Their
+    # exact KL, summed over the vocabulary along them, is 0.10; the re-encoded text gave -9.4.
+    # The estimate's standard error is about 0.06.
+    fresh = _sample_round(online_setup, policy.eval(), tokenizer, seed=3)
+    assert _logged_kl(online_setup, fresh, reference, tokenizer) > -0.1
+
+
 # ---- schedule ----------------------------------------------------------------------------------
 
 
@@ -471,6 +578,17 @@ def test_learner_compute_is_each_steps_batch_and_update_not_its_wait_for_data():
     summary = timing_summary(history)
     assert summary["train_seconds"] == 3.75 and summary["data_wait_seconds"] == 3.0
     assert summary["samples"] == 8 and summary["gen_tokens"] == 60
+
+
+def test_timing_summary_of_a_run_resumed_from_before_the_work_counts():
+    """Steps a checkpoint logged before `samples` / `gen_tokens` existed leave them unknown."""
+    step = {"gen_seconds": 1.0, "weight_push_seconds": 0.0, "weight_load_seconds": 0.0}
+    step.update(generator_weight_wait_seconds=0.0, data_wait_seconds=0.0, elapsed=9.0)
+    step.update(seconds=1.0, reference_seconds=0.5)
+    history = [step, {**step, "samples": 4.0, "gen_tokens": 30.0}]
+    summary = timing_summary(history)
+    assert summary["samples"] is None and summary["gen_tokens"] is None
+    assert summary["gen_seconds"] == 2.0 and summary["train_seconds"] == 3.0
 
 
 def test_sync_and_async_runs_do_the_same_work(online_setup):

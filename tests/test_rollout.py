@@ -49,7 +49,8 @@ class ScriptedEngine:
             text = self.script[min(turn, len(self.script) - 1)]
             n = min(self.tokens_per_turn, params.max_new_tokens)
             reason = "length" if n == params.max_new_tokens else "eos"
-            out.append(Completion(text=text, num_tokens=n, finish_reason=reason))
+            ids = tuple(range(turn, turn + n))  # stand-ins for the sampled ids, one set per turn
+            out.append(Completion(text=text, num_tokens=n, finish_reason=reason, token_ids=ids))
         return out
 
 
@@ -80,6 +81,8 @@ def test_state_carries_over_and_output_comes_back_as_user_turn(sandbox):
     assert row["finish_reason"] == "answer" and row["correct"] and row["final_answer"] == "42"
     assert row["tool_status"] == ["ok", "ok"]
     assert row["num_turns"] == 3 and row["num_tokens"] == 30
+    # What each model turn sampled, in order: the online trainers score these ids.
+    assert row["turn_token_ids"] == [list(range(t, t + 10)) for t in range(3)]
 
 
 def test_all_turns_of_a_rollout_are_one_engine_conversation(sandbox):

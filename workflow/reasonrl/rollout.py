@@ -40,6 +40,7 @@ class _State:
     tokens: int = 0
     turns: int = 0
     tool_status: list[str] = field(default_factory=list)
+    turn_token_ids: list[list[int]] = field(default_factory=list)  # sampled ids, per model turn
     finish_reason: str | None = None
     partial: str = ""  # start of the next model turn, given (a step prefix); the model continues it
 
@@ -170,6 +171,7 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
             state.partial = ""
             state.messages.append({"role": "assistant", "content": text})
             state.tokens += completion.num_tokens
+            state.turn_token_ids.append(list(completion.token_ids))
             state.turns += 1
             code = last_code_block(text)
             if completion.finish_reason == "length":
@@ -200,6 +202,7 @@ def _row(state: _State, final: str | None, correct: bool, policy: str, decoding:
         "num_turns": state.turns,
         "num_tokens": state.tokens,
         "tool_status": state.tool_status,
+        "turn_token_ids": state.turn_token_ids,
         "decoding": decoding,
         "policy": policy,
     }

@@ -22,6 +22,10 @@ class Completion:
     text: str
     num_tokens: int
     finish_reason: Literal["eos", "stop", "length"]
+    # The sampled token ids, the end-of-turn token included when the model wrote it: the text
+    # is their lossy decoding (special tokens dropped, invalid bytes replaced, cut at a stop
+    # string), so scoring what was sampled needs the ids themselves.
+    token_ids: tuple[int, ...] = ()
 
 
 class GenerationEngine(Protocol):

@@ -136,4 +136,9 @@ class HFEngine:
             text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
             reason = "length" if n >= params.max_new_tokens else "eos"
         text, stopped = _cut_at_stop(text, params.stop)
-        return Completion(text=text, num_tokens=n, finish_reason="stop" if stopped else reason)
+        return Completion(
+            text=text,
+            num_tokens=n,
+            finish_reason="stop" if stopped else reason,
+            token_ids=tuple(ids[:n]),
+        )

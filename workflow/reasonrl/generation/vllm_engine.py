@@ -126,4 +126,5 @@ class VLLMEngine:
             text=output.text,
             num_tokens=len(output.token_ids),
             finish_reason=_finish_reason(output.finish_reason, output.stop_reason),
+            token_ids=tuple(output.token_ids),
         )

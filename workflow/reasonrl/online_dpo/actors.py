@@ -169,10 +169,10 @@ def _get(weights, stop):
 def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) -> list[dict]:
     """K tool-loop samples per prompt of the round (prompt-major), graded and scored by
     `scorer`, with their log-probs under the sampling policy (the denominator of Proximal
-    RLOO's ratio)."""
+    RLOO's ratio) taken on the token ids it sampled."""
     from reasonrl.generation import SamplingParams
     from reasonrl.rollout import RolloutLimits, run_rollouts
-    from reasonrl.sequences import encode_trajectory
+    from reasonrl.sequences import sampled_trajectory
     from reasonrl.training.online_dpo import sample_reward
 
     config = spec.config
@@ -193,7 +193,9 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
         policy=f"round{round_no}",
     )
     seqs = [
-        encode_trajectory(engine.tokenizer, row["messages"], True, section["max_length"])
+        sampled_trajectory(
+            engine.tokenizer, row["messages"], row["turn_token_ids"], section["max_length"]
+        )
         for row in rows
     ]
     # PPO's ratio and KL penalty are per token; the other losses need sequence sums only.
@@ -207,6 +209,7 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
             "correct": row["correct"],
             "finish_reason": row["finish_reason"],
             "num_tokens": row["num_tokens"],
+            "turn_token_ids": row["turn_token_ids"],
             "reward": sample_reward(score, row["finish_reason"], section["eos_penalty"]),
             "behaviour_logp": logp,
         }

@@ -18,7 +18,7 @@ import torch
 
 from reasonrl.io import read_json, write_json
 from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
-from reasonrl.sequences import encode_trajectory, summed_logps, token_logps
+from reasonrl.sequences import sampled_trajectory, summed_logps, token_logps
 from reasonrl.training.loop import TrainingLoop
 from reasonrl.training.online_dpo import best_worst, dpo_batch, ppo_batch, rloo_batch
 from reasonrl.training.ppo import PolicyCritic
@@ -131,8 +131,14 @@ class Learner:
         per_step = self.section["prompts_per_step"] * k
         rows = payload["rows"][part * per_step : (part + 1) * per_step]
         t0 = time.perf_counter()
+        # The samples as sampled (token ids, a capped turn without an end-of-turn token): the
+        # KL below and the pairs are about what the policy produced. Capped samples stay in the
+        # pairs: their EOS penalty ranks them, and dropping them would drop most pairs of a
+        # policy that often hits the cap.
         seqs = [
-            encode_trajectory(self.tokenizer, row["messages"], True, self.section["max_length"])
+            sampled_trajectory(
+                self.tokenizer, row["messages"], row["turn_token_ids"], self.section["max_length"]
+            )
             for row in rows
         ]
         pad = self.tokenizer.pad_token_id
@@ -160,7 +166,9 @@ class Learner:
             "win_margin": sum(margins) / len(margins) if margins else 0.0,
             "pairs": float(len(pairs)),
             "ties": float(ties),
-            # KL(pi_gen || pi_sft) estimated on the samples, and the SFT policy's perplexity
+            # KL(pi_gen || pi_sft) estimated on the samples, and the SFT policy's perplexity.
+            # Both log-probs are at temperature 1: the estimate is on-sample only when
+            # online_dpo.temperature is 1 and top_p 1 (the default).
             "kl": sum(b - r for b, r in zip(behaviour, ref, strict=True)) / len(rows),
             "ref_perplexity": math.exp(-sum(ref) / max(1, tokens)),
             # The work: samples and generated tokens of this mini-batch (sync and async

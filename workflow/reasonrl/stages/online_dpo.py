@@ -127,13 +127,21 @@ def timing_summary(history: list[dict]) -> dict:
         "weight_push_seconds": round(sum(h["weight_push_seconds"] for h in history), 3),
         "weight_load_seconds": round(sum(h["weight_load_seconds"] for h in history), 3),
         "data_wait_seconds": round(sum(h["data_wait_seconds"] for h in history), 3),
-        "samples": int(sum(h["samples"] for h in history)),
-        "gen_tokens": int(sum(h["gen_tokens"] for h in history)),
+        "samples": _count(history, "samples"),
+        "gen_tokens": _count(history, "gen_tokens"),
         "generator_weight_wait_seconds": round(
             sum(h["generator_weight_wait_seconds"] for h in history), 3
         ),
         "ideal_speedup": round((gen + train_s) / max(gen, train_s, 1e-9), 3),
     }
+
+
+def _count(history: list[dict], key: str) -> int | None:
+    """The total of a per-step count, or None (unknown) when some steps lack it: a run resumed
+    from a checkpoint written before the count was logged."""
+    if any(key not in h for h in history):
+        return None
+    return int(sum(h[key] for h in history))
 
 
 # ---- online_dpo_table ---------------------------------------------------------------------------
@@ -216,8 +224,8 @@ def _markdown(rows: list[dict]) -> str:
     )
     note = (
         "\nFinal reward and KL: mean of the last quarter of the steps. KL: mean log-ratio of "
-        "the sampling policy to the SFT reference on the samples. Achieved speedup: the first "
-        "sync run's wall-clock over this run's.\n"
+        "the sampling policy to the SFT reference on the samples' sampled tokens. Achieved "
+        "speedup: the first sync run's wall-clock over this run's.\n"
     )
     return markdown(shown) + note
 
