@@ -217,3 +217,21 @@ def test_labelled_rows_fit_their_schemas(tmp_path):
     pairs, unpaired, winners, _ = label_preferences(rows, 2048, seed=random.Random(0).randint(0, 9))
     write_jsonl(tmp_path / "p.jsonl", pairs, schema="preference_pair")
     write_jsonl(tmp_path / "u.jsonl", unpaired + winners, schema="preference_unpaired")
+
+
+def test_more_pairs_per_prompt_take_distinct_losers_each_with_a_winner():
+    outcomes = [1, 1, 0, 0, 0]
+    rows = [trajectory("a", i, bool(c), answer=str(i)) for i, c in enumerate(outcomes)]
+    rows.append(trajectory("b", 0, True))
+    rows.append(trajectory("b", 1, False, answer="b1"))
+    one = label_preferences(rows, 2048, seed=0)
+    pairs, unpaired, _, stats = label_preferences(rows, 2048, seed=0, pairs_per_prompt=5)
+    assert pairs[0] == one[0][0], "the first pair is the paper's one random pair"
+    of_a = [p for p in pairs if p["problem_id"] == "a"]
+    assert len(of_a) == 3 and len(pairs) == 4
+    assert len({p["rejected"][-1]["content"] for p in of_a}) == 3, "distinct losers"
+    assert {p["chosen"][-1]["content"] for p in of_a} <= {"\\boxed{0}", "\\boxed{1}"}
+    assert unpaired == one[1], "KTO rows stay the first pair's"
+    assert stats["pairs"] == 4 and stats["coverage"] == 1.0
+    two = label_preferences(rows, 2048, seed=0, pairs_per_prompt=2)[0]
+    assert [p["problem_id"] for p in two] == ["a", "a", "b"]

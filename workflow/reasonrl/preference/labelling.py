@@ -1,10 +1,12 @@
-"""Labelling a round's trajectories: win/lose by the final answer, filters, one pair per prompt.
+"""Labelling a round's trajectories: win/lose by the final answer, filters, pairs per prompt.
 
 Winners whose last interpreter output (the turn before the answer) reports an error the
 model ignored are dropped: the paper observes models that memorise the answer and print it
 over broken code. Trajectories cut by a token cap are dropped from both sets. One random
-winner and one random loser make the prompt's pair; KTO gets both as unpaired rows, and
-RAFT one random winner per prompt.
+winner and one random loser make the prompt's pair (the paper); with pairs_per_prompt > 1 more
+of the prompt's losers, distinct, each get a random winner (a step-level pair scores where a
+loser first goes wrong, so each loser carries its own error). KTO gets the first pair's two
+rows as unpaired rows, and RAFT one random winner per prompt.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def prompt_turns(messages: list[dict]) -> list[dict]:
 
 
 def label_preferences(
-    trajectories: list[dict], max_tokens: int, seed: int
+    trajectories: list[dict], max_tokens: int, seed: int, pairs_per_prompt: int = 1
 ) -> tuple[list[dict], list[dict], list[dict], dict]:
     """(pairs, unpaired KTO rows, RAFT winners, stats) of one round's trajectories."""
     by_problem: dict[str, list[dict]] = defaultdict(list)
@@ -55,6 +57,7 @@ def label_preferences(
         "prompts_none_correct": 0,
     }
     pairs, unpaired, winners = [], [], []
+    paired_prompts = 0
     for problem_id in sorted(by_problem):
         rows = by_problem[problem_id]
         kept = [r for r in rows if not over_cap(r, max_tokens)]
@@ -73,11 +76,15 @@ def label_preferences(
             loser = rng.choice(lost)
             pairs.append(_pair(winner, loser))
             unpaired += [_unpaired(winner, True), _unpaired(loser, False)]
+            paired_prompts += 1
+            others = [r for r in lost if r is not loser]
+            rng.shuffle(others)
+            pairs += [_pair(rng.choice(clean), r) for r in others[: pairs_per_prompt - 1]]
     stats.update(
         pairs=len(pairs),
         unpaired=len(unpaired),
         winners=len(winners),
-        coverage=len(pairs) / stats["prompts"] if stats["prompts"] else 0.0,
+        coverage=paired_prompts / stats["prompts"] if stats["prompts"] else 0.0,
     )
     return pairs, unpaired, winners, stats
 

@@ -203,7 +203,10 @@ def label_preferences(config: dict, samples_path: str, round_no: int, out_dir: s
     )
     trajectories = read_jsonl(samples_path, schema="trajectory")
     pairs, unpaired, winners, stats = labelling.label_preferences(
-        trajectories, section["max_tokens"], config["seed"] * 1000 + round_no
+        trajectories,
+        section["max_tokens"],
+        config["seed"] * 1000 + round_no,
+        section["pairs_per_prompt"],
     )
     out = Path(out_dir)
     write_jsonl(out / "pairs.jsonl", pairs, schema="preference_pair")
