@@ -325,3 +325,19 @@ def test_raft_is_not_a_preference_objective():
 
     with pytest.raises(ReasonRLError, match="not a preference loss"):
         PreferenceObjective(LossSettings("raft"))
+
+
+def test_dpo_logs_chosen_and_rejected_rewards_apart(policy, reference):
+    model, tokenizer = policy
+    items = [
+        (encode_trajectory(tokenizer, [QUESTION, ANSWER], True),
+         encode_trajectory(tokenizer, [QUESTION, WRONG], True))
+    ]  # fmt: skip
+    ref = summed_logps(reference, list(items[0]), tokenizer.pad_token_id)
+    batch = PreferenceBatches(items, 1, tokenizer.pad_token_id, 0, reference=[tuple(ref)])(0)
+    _, stats = PreferenceObjective(LossSettings("mdpo", eta=0.5))(model.eval(), batch)
+    logps = summed_logps(model, list(items[0]), tokenizer.pad_token_id)
+    assert stats["reward_chosen"] == pytest.approx(0.5 * (logps[0] - ref[0]), abs=1e-4)
+    assert stats["reward_rejected"] == pytest.approx(0.5 * (logps[1] - ref[1]), abs=1e-4)
+    margin = stats["reward_chosen"] - stats["reward_rejected"]
+    assert stats["reward_margin"] == pytest.approx(margin, abs=1e-5)

@@ -130,9 +130,13 @@ class PreferenceObjective:
             losses = dpo_loss(logps[:half], logps[half:], ref[:half], ref[half:], s.eta)
             reward_chosen = s.eta * (logps[:half] - ref[:half]).detach()
             reward_rejected = s.eta * (logps[half:] - ref[half:]).detach()
+            # Chosen and rejected apart: a margin that grows while both fall is DPO's
+            # likelihood displacement (the chosen gets less likely too).
             stats = {
                 "reward_margin": float((reward_chosen - reward_rejected).mean()),
                 "reward_accuracy": float((reward_chosen > reward_rejected).float().mean()),
+                "reward_chosen": float(reward_chosen.mean()),
+                "reward_rejected": float(reward_rejected.mean()),
             }
             nll_rows = slice(0, half)
         else:
