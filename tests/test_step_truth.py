@@ -63,6 +63,14 @@ def test_a_wrong_constant_makes_its_line_and_every_later_prefix_wrong():
     assert truth == [i < first_wrong for i in range(len(texts))]
 
 
+def test_a_wrong_number_copied_into_a_comment_is_the_error():
+    messages = trajectory()
+    messages[1] = {**messages[1], "content": messages[1]["content"].replace("buys 5", "buys 6")}
+    texts, truth = truth_of(messages)
+    first_wrong = texts.index("# Tom buys 6 more apples.")
+    assert truth == [i < first_wrong for i in range(len(texts))]
+
+
 def test_the_same_running_total_written_another_way_is_correct():
     _, truth = truth_of(trajectory("x = 17"))
     assert all(truth)

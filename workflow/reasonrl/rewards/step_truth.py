@@ -11,12 +11,15 @@ lines left out) and the gold program's code read the same way:
 - the values assigned so far are the first values the gold program assigns, in order (the
   same running totals, however the model writes them), and no more of them than the gold has;
 - every printed value is the gold's latest assigned value at that point;
+- the integers written in comments so far are the gold comments' integers, in order (a
+  comment restates a question sentence; a number copied wrongly there is the error the next
+  line inherits);
 - a text step that states a \\boxed{} answer states the gold answer;
 - an error stays: every prefix after the first wrong one is wrong (Math-Shepherd's "-" says a
   prefix can no longer reach the answer; a later repair does not undo a written error here).
 
-Text without an answer (the intro sentence, comments) cannot be wrong by itself: it is as
-correct as the prefix before it.
+Text without an answer (the intro sentence) cannot be wrong by itself: it is as correct as
+the prefix before it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ OPERATORS = {
     ast.FloorDiv: operator.floordiv,
     ast.Div: operator.truediv,
 }
+INTEGER = re.compile(r"\b\d+\b")
 SOFT_THRESHOLD = 0.5  # a soft label below it reads as "-"
 
 
@@ -93,7 +97,20 @@ def written_code(step: Step) -> str:
     return turns + "".join(WRITTEN_BLOCK.findall(step.partial))
 
 
-def _code_consistent(code: str, gold: list[Fraction]) -> bool:
+def comment_integers(code: str) -> list[int]:
+    """The integers of the comments of `code`, in order."""
+    return [
+        int(n)
+        for line in code.splitlines()
+        if "#" in line
+        for n in INTEGER.findall(line[line.index("#") :])
+    ]
+
+
+def _code_consistent(code: str, gold_code: str, gold: list[Fraction]) -> bool:
+    written = comment_integers(code)
+    if written != comment_integers(gold_code)[: len(written)]:
+        return False
     try:
         assigned, printed = program_trace(code)
     except _Unreadable:
@@ -106,11 +123,12 @@ def _code_consistent(code: str, gold: list[Fraction]) -> bool:
 def prefix_truth(problem: dict, steps: list[Step]) -> list[bool]:
     """Whether each step prefix of a trajectory of the arith `problem` is still correct (the
     module's definition), judged against the problem's gold tool solution."""
-    gold, _ = program_trace(assistant_code(problem["solutions"]["tool"]))
+    gold_code = assistant_code(problem["solutions"]["tool"])
+    gold, _ = program_trace(gold_code)
     answer = normalize_answer(problem["answer"])
     truth, correct = [], True
     for step in steps:
-        correct = correct and _code_consistent(written_code(step), gold)
+        correct = correct and _code_consistent(written_code(step), gold_code, gold)
         if correct and "\\boxed" in step.text:
             stated = extract_answer(step.text)
             correct = stated is not None and normalize_answer(stated) == answer
