@@ -171,6 +171,8 @@ def test_the_prm_trains_on_exactly_the_input_it_is_scored_on(tiny_policy):
     plus, minus = label_token_ids(tokenizer, ["+", "-"])
     assert [chat.labels[p] for p in positions] == [plus, minus, minus]
     assert [i for i, label in enumerate(chat.labels) if label != -100] == positions
+    cut = chat.truncated(positions[1] + 1)  # packing cuts long samples: targets go along
+    assert cut.labels == chat.labels[: positions[1] + 1]
     with pytest.raises(ReasonRLError, match="label"):
         prm_training_chat(tokenizer, "Q?", ["s1"], ["?"], 512)
 
