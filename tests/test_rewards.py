@@ -17,7 +17,11 @@ from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import read_jsonl, write_jsonl
 from reasonrl.models import load_policy
 from reasonrl.rewards.annotation import annotate, shepherd_labels
-from reasonrl.rewards.models import label_only_chat, per_label_precision_recall
+from reasonrl.rewards.models import (
+    label_only_chat,
+    per_label_precision_recall,
+    prm_training_chat,
+)
 from reasonrl.rewards.mutation import MUTATION_KINDS, mutants, mutation_rows
 from reasonrl.rewards.pairs import edit_distance, farthest_pair, preference_pairs
 from reasonrl.rewards.scoring import (
@@ -30,6 +34,7 @@ from reasonrl.rewards.scoring import (
     step_classes,
 )
 from reasonrl.rewards.steps import (
+    STEP_TAG,
     from_rlhflow,
     orm_messages,
     prm_messages,
@@ -104,16 +109,72 @@ def test_turn_steps_pair_each_model_turn_with_its_interpreter_output():
 
 
 def test_prm_and_orm_chats_follow_the_rlhflow_layout():
-    chat = prm_messages("Q?", ["s1", "s2"], ["+", "-"])
+    chat = prm_messages("Q?", ["s1", "s2"])
     assert chat == [
         {"role": "user", "content": "Q?\ns1"},
-        {"role": "assistant", "content": "+"},
+        {"role": "assistant", "content": STEP_TAG},
         {"role": "user", "content": "s2"},
-        {"role": "assistant", "content": "-"},
+        {"role": "assistant", "content": STEP_TAG},
     ]
     assert orm_messages("Q?", ["s1", "s2"], "-")[0]["content"] == "Q?\ns1\ns2"
+
+
+TOOL_TURN = (
+    "Let me compute this step by step with Python.\n```python\n# Tom has 3 apples.\nx = 3\n"
+    "# Tom buys 4 more apples.\nx = x + 4\nprint(x)\n```"
+)
+TOOL_TRAJECTORY = [
+    {"role": "user", "content": QUESTION},
+    {"role": "assistant", "content": TOOL_TURN},
+    {"role": "user", "content": "```output\n7\n```"},
+    {"role": "assistant", "content": "The answer is \\boxed{7}. Done."},
+]
+
+
+def test_line_steps_are_code_lines_and_sentences_with_the_output_on_the_turn_end():
+    steps = trajectory_steps(TOOL_TRAJECTORY, "line", "")
+    assert [s.text for s in steps] == [
+        "Let me compute this step by step with Python.",
+        "```python\n# Tom has 3 apples.",
+        "x = 3",
+        "# Tom buys 4 more apples.",
+        "x = x + 4",
+        "print(x)\n```\n```output\n7\n```",
+        "The answer is \\boxed{7}.",
+        "Done.",
+    ]
+    # A mid-turn step resumes exactly after itself: the turn so far is its `partial`.
+    assert steps[2].messages == TOOL_TRAJECTORY[:1]
+    assert steps[2].partial == TOOL_TURN[: TOOL_TURN.index("# Tom buys")]
+    assert steps[5].messages == TOOL_TRAJECTORY[:3] and steps[5].partial == ""
+    assert steps[6].partial == "The answer is \\boxed{7}. "
+
+
+def test_line_steps_keep_blank_lines_in_the_prefix_and_unknown_splitters_fail():
+    turn = "Intro.\n\n```python\nx = 3\n\nprint(x)\n```"
+    steps = trajectory_steps(
+        [{"role": "user", "content": "Q"}, {"role": "assistant", "content": turn}], "line", ""
+    )
+    assert [s.text for s in steps] == ["Intro.", "```python\nx = 3", "print(x)\n```"]
+    assert steps[1].partial == "Intro.\n\n```python\nx = 3\n\n"
+    with pytest.raises(ReasonRLError, match="unknown step splitter"):
+        trajectory_steps([], "sentence", "")
+
+
+def test_the_prm_trains_on_exactly_the_input_it_is_scored_on(tiny_policy):
+    """The old training chat showed the true earlier labels where scoring shows the tag."""
+    _, tokenizer = load_policy(tiny_policy)
+    steps, labels = ["a", "b", "c"], ["+", "-", "-"]
+    chat = prm_training_chat(tokenizer, "Q?", steps, labels, 512)
+    ids, positions = encode_with_label_positions(tokenizer, prm_messages("Q?", steps))
+    assert chat.input_ids == ids
+    plus, minus = label_token_ids(tokenizer, ["+", "-"])
+    assert [chat.labels[p] for p in positions] == [plus, minus, minus]
+    assert [i for i, label in enumerate(chat.labels) if label != -100] == positions
+    cut = chat.truncated(positions[1] + 1)  # packing cuts long samples: targets go along
+    assert cut.labels == chat.labels[: positions[1] + 1]
     with pytest.raises(ReasonRLError, match="label"):
-        prm_messages("Q?", ["s1"], ["?"])
+        prm_training_chat(tokenizer, "Q?", ["s1"], ["?"], 512)
 
 
 def test_rlhflow_format_round_trips_and_names_the_bad_row():
@@ -189,6 +250,35 @@ def test_annotation_of_a_hand_made_trajectory_set_matches_the_rule(tiny_policy, 
     assert stats.rollouts == 2 * 2 * 4  # 2 solutions x 2 non-final steps x K
     assert len(engine.prompts) == stats.rollouts  # all prefixes went out in batch(es)
     write_jsonl(tmp_path / "prm.jsonl", rows, schema="prm_steps")  # rows fit the schema
+
+
+def test_line_annotation_resumes_every_prefix_exactly_after_its_line(tiny_policy):
+    _, tokenizer = load_policy(tiny_policy)
+    engine = ScriptedEngine(tokenizer, {"": ["The answer is \\boxed{7}."]})
+    solution = {
+        "problem_id": "p0",
+        "task": "arith",
+        "sample": 0,
+        "messages": TOOL_TRAJECTORY,
+        "correct": True,
+    }
+    rows, stats = annotate(
+        {"p0": math_problem()},
+        [solution],
+        engine,
+        sandbox=Sandbox.from_config({}),
+        limits=RolloutLimits(3, 64, 256),
+        completions=1,
+        params=SamplingParams(temperature=1.0),
+        splitter="line",
+        pattern="",
+    )
+    steps = trajectory_steps(TOOL_TRAJECTORY, "line", "")
+    expected = [
+        render(tokenizer, s.messages, add_generation_prompt=True) + s.partial for s in steps[:-1]
+    ]
+    assert engine.prompts == expected
+    assert rows[0]["steps"] == [s.text for s in steps] and stats.rollouts == len(steps) - 1
 
 
 # --- code PRM by mutation ------------------------------------------------------------------
@@ -310,11 +400,9 @@ def test_label_probabilities_equal_the_softmax_of_the_full_logits(tiny_policy):
 
 def test_label_positions_come_from_the_template_spans(tiny_policy):
     _, tokenizer = load_policy(tiny_policy)
-    ids, positions = encode_with_label_positions(
-        tokenizer, prm_messages("Q?", ["a", "b"], ["+", "-"])
-    )
-    assert [tokenizer.decode([ids[p]]) for p in positions] == ["+", "-"]
-    chat = label_only_chat(tokenizer, prm_messages("Q?", ["a", "b"], ["+", "-"]), 512)
+    ids, positions = encode_with_label_positions(tokenizer, orm_messages("Q?", ["a", "b"], "-"))
+    assert [tokenizer.decode([ids[p]]) for p in positions] == ["-"]
+    chat = label_only_chat(tokenizer, orm_messages("Q?", ["a", "b"], "-"), 512)
     assert [i for i, m in enumerate(chat.loss_mask) if m] == positions
 
 

@@ -173,3 +173,39 @@ def test_hgs_search_is_a_pure_state_machine():
     hgs = HGSSearch(max_bandwidth=1, max_iterations=math.inf)
     hgs.receive("x", "~", final=True)  # bandwidth 1: the neutral child is taken at once
     assert hgs.finished == "answer" and hgs.path() == ["x"]
+
+
+def test_hgs_labels_a_turn_by_the_prm_verdict_on_its_last_line(monkeypatch):
+    """With line steps the PRM reads the whole trajectory cut into lines (as it was trained)
+    and the expanded turn gets the verdict of the line that ends it."""
+    import torch
+
+    from reasonrl import tool_steps
+
+    read = []
+
+    def fake_score_steps(model, tokenizer, items, labels):
+        read.extend(items)
+        # P("+") falls line by line: 0.9 for the first line, 0.1 for the last.
+        return [
+            torch.tensor([[0.9, 0.1]] + [[0.5, 0.5]] * (len(s) - 2) + [[0.1, 0.9]])
+            for _, s in items
+        ]
+
+    monkeypatch.setattr(tool_steps, "score_steps", fake_score_steps)
+    model = tool_steps.ToolStepModel.__new__(tool_steps.ToolStepModel)
+    model.section = {
+        "step_splitter": "line",
+        "split_pattern": "",
+        "hgs": {"neutral_band": [0.3, 0.7]},
+    }
+    model.prm = model.tokenizer = None
+    model.labels, model.problems = ["+", "-"], [{"question": "Q"}]
+    turn = "Intro.\n```python\nx = 3\nprint(x)\n```"
+    messages = [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": turn},
+        {"role": "user", "content": "```output\n3\n```"},
+    ]
+    assert model.label([0], [[]], [{"messages": messages}]) == ["-"]
+    assert read == [("Q", ["Intro.", "```python\nx = 3", "print(x)\n```\n```output\n3\n```"])]

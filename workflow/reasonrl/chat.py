@@ -67,10 +67,19 @@ def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[in
 class TokenizedChat:
     input_ids: list[int]
     loss_mask: list[int]  # 1 on tokens of the model's own turns
+    # The token to predict at each position where it is not the input's own (a PRM predicts
+    # a step's label where its input holds the step tag); None: the input ids.
+    targets: list[int] | None = None
 
     @property
     def labels(self) -> list[int]:
-        return [t if m else -100 for t, m in zip(self.input_ids, self.loss_mask, strict=True)]
+        wanted = self.input_ids if self.targets is None else self.targets
+        return [t if m else -100 for t, m in zip(wanted, self.loss_mask, strict=True)]
+
+    def truncated(self, length: int) -> TokenizedChat:
+        """The first `length` tokens."""
+        targets = None if self.targets is None else self.targets[:length]
+        return TokenizedChat(self.input_ids[:length], self.loss_mask[:length], targets)
 
 
 def tokenize_chat(tokenizer, messages: list[dict], max_length: int | None = None) -> TokenizedChat:

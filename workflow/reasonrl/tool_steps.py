@@ -1,12 +1,16 @@
-"""HGS-PRM's step model for tool-integrated trajectories: a step is one model turn (with the
-interpreter's output); expanding samples one turn from the current path through the rollout
-loop, and the PRM labels it."""
+"""HGS-PRM's step model for tool-integrated trajectories: a search step is one model turn (with
+the interpreter's output); expanding samples one turn from the current path through the
+rollout loop, and the PRM labels it by its verdict on the turn's last step under the
+configured splitter (with `line`, the line that ends the turn: the PRM reads the trajectory
+exactly as it was trained to, and that verdict covers every line of the turn before it).
+
+Why the search does not branch at every line: an expansion would have to stop generation at
+a line break and resume a half-written turn; the rollout loop stops only at turn ends."""
 
 from __future__ import annotations
 
 import copy
 
-from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.rewards.models import load_reward_model
 from reasonrl.rewards.scoring import score_steps, step_classes
@@ -17,15 +21,11 @@ from reasonrl.tasks import prompt_messages
 
 
 class ToolStepModel:
-    """HGS-PRM's model and PRM for tool-integrated trajectories: a step is one model turn
-    (with the interpreter's output); an expansion samples one turn from the current path."""
+    """HGS-PRM's model and PRM for tool-integrated trajectories: a search step is one model
+    turn (with the interpreter's output); an expansion samples one turn from the current path."""
 
     def __init__(self, config: dict, engine, prm_folder: str):
         section = config["reward_models"]
-        if section["step_splitter"] != "turn":
-            raise ReasonRLError(
-                "hgs needs reward_models.step_splitter: turn (a step = a model turn)"
-            )
         self.config, self.engine = config, engine
         self.section, self.seed = section, config["seed"]
         self.sandbox = Sandbox.from_config(config["sandbox"])
@@ -73,10 +73,11 @@ class ToolStepModel:
         return out
 
     def label(self, ids: list[int], paths: list[list], steps: list[dict]) -> list[str]:
+        splitter, pattern = self.section["step_splitter"], self.section["split_pattern"]
         items = [
             (
                 self.problems[i]["question"],
-                [s.text for s in trajectory_steps(step["messages"], "turn", "")],
+                [s.text for s in trajectory_steps(step["messages"], splitter, pattern)],
             )
             for i, step in zip(ids, steps, strict=True)
         ]

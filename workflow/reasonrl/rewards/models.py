@@ -2,7 +2,9 @@
 
 BT: a scalar head on the SFT policy (sequence classification), trained on preference pairs.
 ORM / PRM: the SFT policy answers "+"/"-" (or "~") after the solution / after every step;
-the next-token loss counts only those answer tokens (a label-only mask). The losses are in
+the next-token loss counts only those answer tokens (a label-only mask). The PRM's training
+input is its scoring input (every step answered by the step tag); the labels are only the
+targets at the tags. The losses are in
 training.reward and training.lm_loss; the training stage in stages.reward_models.
 """
 
@@ -32,6 +34,7 @@ from reasonrl.rewards.steps import (
     NEGATIVE,
     NEUTRAL,
     POSITIVE,
+    check_labels,
     prm_messages,
     solution_step_texts,
 )
@@ -47,6 +50,29 @@ def label_only_chat(tokenizer, messages: list[dict], max_length: int) -> Tokeniz
     for p in positions:
         mask[p] = 1
     return TokenizedChat(ids, mask)
+
+
+def prm_training_chat(
+    tokenizer, question: str, steps: list[str], labels: list[str], max_length: int
+) -> TokenizedChat:
+    """A PRM training example: the input is exactly what scoring reads (prm_messages, every
+    step answered by the step tag) and the target at each tag is that step's label.
+
+    Why not the true earlier labels in the input (RLHFlow's training chat): scoring cannot
+    show them (they are what is being predicted), so a PRM trained on them sees a different
+    input at test time, and learns to copy an earlier "-" instead of reading the step.
+    Math-Shepherd's own design: the same tag after every step, the label predicted there.
+    """
+    check_labels(labels)
+    ids, positions = encode_with_label_positions(
+        tokenizer, prm_messages(question, steps), max_length
+    )
+    used = sorted(set(labels))
+    label_ids = dict(zip(used, label_token_ids(tokenizer, used), strict=True))
+    targets, mask = list(ids), [0] * len(ids)
+    for position, label in zip(positions, labels, strict=False):  # answers cut by max_length
+        targets[position], mask[position] = label_ids[label], 1
+    return TokenizedChat(ids, mask, targets)
 
 
 def heldout_split(rows: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
@@ -94,7 +120,7 @@ def per_label_precision_recall(truth: list[str], predicted: list[str], labels: l
 
 def prm_step_metrics(model, tokenizer, rows: list[dict], labels: list[str]) -> dict:
     """Per-label precision/recall of the PRM's argmax verdict on labelled steps, read as at
-    inference: one pass per solution, earlier answers holding the "+" placeholder."""
+    inference (and as trained): one pass per solution, every answer holding the step tag."""
     ids = label_token_ids(tokenizer, labels)
     seqs = [
         encode_with_label_positions(tokenizer, prm_messages(r["question"], r["steps"]))

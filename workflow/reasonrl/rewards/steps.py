@@ -1,13 +1,17 @@
 """Solutions as steps, and the chat formats the reward models read.
 
-A step of a tool-integrated trajectory is one model turn together with the interpreter
-output that answers it; a chain-of-thought turn is cut by a configurable splitter (a regex
-that matches the gaps between steps). Code solutions are cut into lines.
+The step splitter says what a step of a math trajectory is: "line" (the default), one
+reasoning line: a code or comment line inside a model turn's code block, a sentence or line
+of text outside it; "turn", one model turn; "regex", a turn cut at a configured pattern. The
+interpreter output that answers a turn belongs to the step that ends the turn. Code
+solutions are cut into lines.
 
 PRM format (RLHFlow / Math-Shepherd): each step is a user turn, the assistant answers with a
 label token ("+" good, "-" bad, "~" neutral for the 3-class code PRM); the first user turn
-also holds the question. ORM format: the question and the whole solution in one user turn,
-the assistant answers "+" or "-".
+also holds the question. The PRM's input holds the same fixed tag (STEP_TAG) as every
+answer, at training and at scoring; only the training target at the tag is the label.
+ORM format: the question and the whole solution in one user turn, the assistant answers
+"+" or "-".
 """
 
 from __future__ import annotations
@@ -15,13 +19,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from reasonrl.chat import CODE_BLOCK
 from reasonrl.code_eval import FENCE
 from reasonrl.errors import ReasonRLError
 from reasonrl.tasks import is_code_task
 
 POSITIVE, NEGATIVE, NEUTRAL = "+", "-", "~"
 LABELS = (POSITIVE, NEGATIVE, NEUTRAL)
-PLACEHOLDER = POSITIVE  # what earlier steps' answers hold when a solution is scored (RLHFlow)
+# The answer every step's turn holds in the PRM's input, at training and at scoring alike
+# (Math-Shepherd's step tag); the label is predicted at it, never shown to the model.
+STEP_TAG = POSITIVE
+SPLITTERS = ("line", "turn", "regex")
+# Outside code: the gap after a sentence's end, or a line break.
+TEXT_GAP = re.compile(r"(?<=[.!?:])\s+|\n\s*")
 
 
 @dataclass(frozen=True)
@@ -44,14 +54,45 @@ def split_text(text: str, pattern: str) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if text[lo:hi].strip()]
 
 
+def _contiguous_spans(text: str, cuts: list[int]) -> list[tuple[int, int]]:
+    """Spans between `cuts` that cover `text`; a blank piece joins the step before it (the
+    first, the step after it), so text[:end] is always the exact prefix to resume from."""
+    bounds = [0, *sorted(c for c in set(cuts) if 0 < c < len(text)), len(text)]
+    spans: list[tuple[int, int]] = []
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        blank_here = not text[lo:hi].strip()
+        if spans and (blank_here or not text[spans[-1][0] : spans[-1][1]].strip()):
+            spans[-1] = (spans[-1][0], hi)
+        else:
+            spans.append((lo, hi))
+    return spans if text.strip() else []
+
+
+def split_lines(text: str) -> list[tuple[int, int]]:
+    """Character spans of a model turn's reasoning lines: every line of a code block's body
+    (the opening fence goes with its first line, the closing fence with its last), and
+    every sentence or line of the text around the blocks."""
+    cuts, outside_from = [], 0
+    for block in CODE_BLOCK.finditer(text):
+        cuts += [m.end() for m in TEXT_GAP.finditer(text, outside_from, block.start())]
+        cuts.append(block.start())
+        body_end = block.end(1)
+        cuts += [i + 1 for i in range(block.start(1), body_end - 1) if text[i] == "\n"]
+        outside_from = block.end()
+    cuts += [m.end() for m in TEXT_GAP.finditer(text, outside_from)]
+    return _contiguous_spans(text, cuts)
+
+
 def trajectory_steps(messages: list[dict], splitter: str, pattern: str) -> list[Step]:
     """The steps of a trajectory (its messages, prompt first).
 
     splitter "turn": one step per model turn (with the interpreter output after it);
-    "regex": every model turn is cut further at `pattern`.
+    "line": every model turn is cut into its reasoning lines (split_lines); "regex": every
+    model turn is cut at `pattern`. A step inside a turn keeps the turn's text before its
+    end as `partial`, so a continuation resumes exactly after it.
     """
-    if splitter not in ("turn", "regex"):
-        raise ReasonRLError(f"unknown step splitter {splitter!r} (expected 'turn' or 'regex')")
+    if splitter not in SPLITTERS:
+        raise ReasonRLError(f"unknown step splitter {splitter!r} (expected one of {SPLITTERS})")
     steps: list[Step] = []
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
@@ -63,11 +104,12 @@ def trajectory_steps(messages: list[dict], splitter: str, pattern: str) -> list[
             text = message["content"] + (f"\n{output['content']}" if output else "")
             steps.append(Step(text.strip(), through))
             continue
-        spans = split_text(message["content"], pattern)
+        content = message["content"]
+        spans = split_lines(content) if splitter == "line" else split_text(content, pattern)
         for j, (lo, hi) in enumerate(spans):
-            piece = message["content"][lo:hi].strip()
+            piece = content[lo:hi].strip()
             if j + 1 < len(spans):
-                steps.append(Step(piece, messages[:i], message["content"][:hi]))
+                steps.append(Step(piece, messages[:i], content[:hi]))
             else:
                 text = piece + (f"\n{output['content']}" if output else "")
                 steps.append(Step(text.strip(), through))
@@ -103,21 +145,29 @@ def solution_step_texts(problem: dict, messages: list[dict], section: dict) -> l
     return [s.text for s in steps] or ["(empty)"]
 
 
-def prm_messages(question: str, steps: list[str], labels: list[str] | None = None) -> list[dict]:
-    """The multi-turn PRM chat; unlabelled steps get the placeholder answer."""
+def prm_messages(question: str, steps: list[str]) -> list[dict]:
+    """The multi-turn PRM chat, every step answered by STEP_TAG: the PRM's input, the same at
+    training and at scoring (the labels are training targets, models.prm_training_chat)."""
     if not steps:
         raise ReasonRLError("a PRM conversation needs at least one step")
-    labels = labels or [PLACEHOLDER] * len(steps)
     messages = []
-    for i, (step, label) in enumerate(zip(steps, labels, strict=True)):
-        if label not in LABELS:
-            raise ReasonRLError(f"step label {label!r} is not one of {LABELS}")
+    for i, step in enumerate(steps):
         content = f"{question}\n{step}" if i == 0 else step
-        messages += [{"role": "user", "content": content}, {"role": "assistant", "content": label}]
+        messages += [
+            {"role": "user", "content": content},
+            {"role": "assistant", "content": STEP_TAG},
+        ]
     return messages
 
 
-def orm_messages(question: str, steps: list[str], label: str = PLACEHOLDER) -> list[dict]:
+def check_labels(labels: list[str]) -> None:
+    """An error naming the first label that is not one of LABELS."""
+    bad = [label for label in labels if label not in LABELS]
+    if bad:
+        raise ReasonRLError(f"step label {bad[0]!r} is not one of {LABELS}")
+
+
+def orm_messages(question: str, steps: list[str], label: str = POSITIVE) -> list[dict]:
     """The single-turn ORM chat: question and whole solution, answered by "+" or "-"."""
     solution = "\n".join(steps)
     return [

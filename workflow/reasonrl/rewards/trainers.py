@@ -14,13 +14,14 @@ from collections.abc import Callable
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from reasonrl.chat import render
+from reasonrl.chat import TokenizedChat, render
 from reasonrl.models import DTYPES, from_pretrained, load_policy, load_tokenizer
 from reasonrl.rewards.models import (
     label_only_chat,
     orm_rows,
     prm_label_set,
     prm_step_metrics,
+    prm_training_chat,
 )
 from reasonrl.rewards.pairs import preference_pairs
 from reasonrl.rewards.scoring import (
@@ -29,7 +30,7 @@ from reasonrl.rewards.scoring import (
     label_probabilities,
     label_token_ids,
 )
-from reasonrl.rewards.steps import NEGATIVE, POSITIVE, orm_messages, prm_messages
+from reasonrl.rewards.steps import NEGATIVE, POSITIVE, orm_messages
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss
 from reasonrl.training.loop import LoopSettings
@@ -92,10 +93,13 @@ def train_bt(config, model_path, problems, train_rows, held_rows, fit: Fit):
     return model, tokenizer, result, info, heldout
 
 
-def _train_label_model(config, model_path, chats, fit: Fit):
+def _train_label_model(
+    config, model_path, encode: Callable[[object, int], list[TokenizedChat]], fit: Fit
+):
+    """Train the policy on the examples `encode(tokenizer, max_length)` makes."""
     section, seed = config["reward_models"], config["seed"]
     model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
-    samples = [label_only_chat(tokenizer, m, section["train"]["max_length"]) for m in chats]
+    samples = encode(tokenizer, section["train"]["max_length"])
     batches = MicroBatches(
         samples, section["train"]["batch_size"], tokenizer.pad_token_id, seed, False, 0
     )
@@ -107,7 +111,11 @@ def train_orm(config, model_path, problems, train_rows, held_rows, fit: Fit):
     section = config["reward_models"]
     train_examples = orm_rows(problems, train_rows, section)
     chats = [orm_messages(e["question"], e["steps"], e["label"]) for e in train_examples]
-    model, tokenizer, result = _train_label_model(config, model_path, chats, fit)
+
+    def encode(tokenizer, max_length: int) -> list[TokenizedChat]:
+        return [label_only_chat(tokenizer, m, max_length) for m in chats]
+
+    model, tokenizer, result = _train_label_model(config, model_path, encode, fit)
     held = orm_rows(problems, held_rows, section)
     heldout = {"solutions": len(held), "accuracy": None}
     if held:
@@ -128,8 +136,14 @@ def train_orm(config, model_path, problems, train_rows, held_rows, fit: Fit):
 
 def train_prm(config, model_path, problems, train_rows, held_rows, fit: Fit):
     labels = prm_label_set(train_rows + held_rows)
-    chats = [prm_messages(r["question"], r["steps"], r["labels"]) for r in train_rows]
-    model, tokenizer, result = _train_label_model(config, model_path, chats, fit)
+
+    def encode(tokenizer, max_length: int) -> list[TokenizedChat]:
+        return [
+            prm_training_chat(tokenizer, r["question"], r["steps"], r["labels"], max_length)
+            for r in train_rows
+        ]
+
+    model, tokenizer, result = _train_label_model(config, model_path, encode, fit)
     heldout = {"steps": 0, "per_label": None}
     if held_rows:
         heldout = prm_step_metrics(model, tokenizer, held_rows, labels)

@@ -25,6 +25,7 @@ from reasonrl.rewards.models import (
 )
 from reasonrl.rewards.mutation import mutation_rows
 from reasonrl.rewards.reranking import score_samples
+from reasonrl.rewards.step_truth import annotation_label_quality
 from reasonrl.rewards.steps import (
     from_rlhflow,
     solution_step_texts,
@@ -158,6 +159,16 @@ def annotate_prm(
         "rollouts_per_second": round(stats.rollouts_per_second, 3),
         "labels": dict(sorted(labels.items())),
     }
+    arith = {
+        pid: p
+        for pid, p in problems.items()
+        if config["tasks"].get(p["task"], {}).get("kind") == "arith"
+    }
+    if any(row["problem_id"] in arith for row in rows):
+        # Precision and recall of "-" against the steps' exact correctness (issue 18 item 2).
+        metrics["label_truth"] = annotation_label_quality(
+            arith, chosen, rows, section["step_splitter"], section["split_pattern"]
+        )
     write_json(out / "metrics.json", metrics)
     provenance.write(out, {**metrics, **shards.adopted_parts()})
     shards.clear()

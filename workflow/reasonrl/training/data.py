@@ -43,7 +43,7 @@ def pack(samples: Sequence[TokenizedChat], block_size: int) -> list[list[Tokeniz
     blocks: list[list[TokenizedChat]] = []
     size = block_size
     for sample in samples:
-        sample = TokenizedChat(sample.input_ids[:block_size], sample.loss_mask[:block_size])
+        sample = sample.truncated(block_size)
         if size + len(sample.input_ids) > block_size:
             blocks.append([])
             size = 0
