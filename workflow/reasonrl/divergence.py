@@ -48,14 +48,11 @@ def diverging_lines(a: str, b: str) -> tuple[tuple[int, int], tuple[int, int]]:
         if line_a != line_b:
             return (offset, offset + len(line_a)), (offset, offset + len(line_b))
         offset += len(line_a)
-    return _next_line(lines_a, offset), _next_line(lines_b, offset)
+    # Every common line agrees: the step is each side's next line, if it has one.
+    common = min(len(lines_a), len(lines_b))
+    return _line_at(lines_a, common, offset), _line_at(lines_b, common, offset)
 
 
-def _next_line(lines: list[str], offset: int) -> tuple[int, int]:
-    """The span of the line at character `offset` (past the common lines), empty at the end."""
-    consumed = 0
-    for line in lines:
-        if consumed == offset:
-            return offset, offset + len(line)
-        consumed += len(line)
-    return offset, offset
+def _line_at(lines: list[str], index: int, offset: int) -> tuple[int, int]:
+    """The span of line `index`, which starts at character `offset`; empty past the end."""
+    return (offset, offset + len(lines[index])) if index < len(lines) else (offset, offset)
