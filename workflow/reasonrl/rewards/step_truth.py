@@ -31,7 +31,7 @@ from fractions import Fraction
 
 from reasonrl.rewards.models import per_label_precision_recall
 from reasonrl.rewards.steps import NEGATIVE, POSITIVE, Step, trajectory_steps
-from reasonrl.tasks.arith import assistant_code
+from reasonrl.tasks.arith import assistant_code, comment_integers
 from reasonrl.tasks.grading import extract_answer, normalize_answer
 
 # A python block, closed or still open at the end of the text (a mid-turn prefix).
@@ -43,7 +43,6 @@ OPERATORS = {
     ast.FloorDiv: operator.floordiv,
     ast.Div: operator.truediv,
 }
-INTEGER = re.compile(r"\b\d+\b")
 SOFT_THRESHOLD = 0.5  # a soft label below it reads as "-"
 
 
@@ -95,16 +94,6 @@ def written_code(step: Step) -> str:
     part of the next turn it holds (an unclosed block included)."""
     turns = assistant_code(step.messages)
     return turns + "".join(WRITTEN_BLOCK.findall(step.partial))
-
-
-def comment_integers(code: str) -> list[int]:
-    """The integers of the comments of `code`, in order."""
-    return [
-        int(n)
-        for line in code.splitlines()
-        if "#" in line
-        for n in INTEGER.findall(line[line.index("#") :])
-    ]
 
 
 def _code_consistent(code: str, gold_code: str, gold: list[Fraction]) -> bool:

@@ -237,6 +237,17 @@ def code_constants(code: str) -> list[int]:
     return [int(n) for line in code.splitlines() for n in _INTEGER.findall(line.split("#")[0])]
 
 
+def comment_integers(code: str) -> list[int]:
+    """The integers of the comments of `code`, in order (the question's numbers restated):
+    the other half of each line that code_constants reads."""
+    return [
+        int(n)
+        for line in code.splitlines()
+        if "#" in line
+        for n in _INTEGER.findall(line[line.index("#") :])
+    ]
+
+
 def copy_accuracy(gold_program: str, code: str) -> float:
     """Share of the gold program's constants that `code` writes at the same position.
 
