@@ -68,6 +68,27 @@ def test_make_data_is_byte_identical_on_rerun(workdir, tmp_path):
     assert len(read_jsonl(workdir / "data/train.jsonl", schema="problem")) == 120
 
 
+def test_make_pool_writes_the_consumers_problems_and_names_an_undeclared_pool(tmp_path):
+    config = {
+        **CONFIG,
+        "tasks": {"arith": {**CONFIG["tasks"]["arith"], "pools": {"preference": 30}}},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    common = ("--config", str(tmp_path / "config.yaml"), "--task", "arith")
+    reasonrl("make-pool", *common, "--pool", "preference", "--out-dir", str(tmp_path / "pool"))
+    rows = read_jsonl(tmp_path / "pool/problems.jsonl", schema="problem")
+    assert len(rows) == 30 and rows[0]["id"] == "arith-pool-preference-00000"
+    assert read_json(tmp_path / "pool/manifest.json")["stage"] == "make-pool"
+    missing = reasonrl(
+        "make-pool", *common, "--pool", "online", "--out-dir", str(tmp_path / "x"), check=False
+    )
+    assert missing.returncode != 0
+    assert (
+        "config key 'tasks.arith.pools' has no pool 'online'"
+        in missing.stderr.strip().splitlines()[-1]
+    )
+
+
 def test_tiny_policy_is_small_and_has_a_manifest(workdir):
     manifest = read_json(workdir / "base/manifest.json")
     assert 0 < manifest["parameters"] < 5_000_000

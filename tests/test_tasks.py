@@ -17,6 +17,7 @@ from reasonrl.tasks import (
     COT_INSTRUCTION,
     TOOL_INSTRUCTION,
     build_problems,
+    build_splits,
     extract_final,
     grade,
     is_code_task,
@@ -108,6 +109,20 @@ def test_arith_splits_have_the_sizes_and_are_distinct_and_disjoint(arith):
 def test_arith_test_split_does_not_depend_on_train_size(arith):
     _, test = build_problems("arith", {**ARITH, "train_size": 10}, seed=3)
     assert test == arith[1]
+
+
+def test_prompt_pools_are_disjoint_from_the_splits_and_each_other_and_change_neither():
+    pools = {**ARITH, "pools": {"preference": 40}}
+    splits = build_splits("arith", pools, seed=3)
+    assert set(splits) == {"train", "test", "pool-preference"}
+    pool = splits["pool-preference"]
+    assert len(pool) == 40 and {row["split"] for row in pool} == {"pool-preference"}
+    assert not set(_questions(pool)) & set(_questions(splits["train"] + splits["test"]))
+    assert (splits["train"], splits["test"]) == build_problems("arith", ARITH, seed=3)
+    code = build_splits("pycode", {**PYCODE, "pools": {"preference": 5}}, seed=3)
+    assert not set(_questions(code["pool-preference"])) & set(_questions(code["train"]))
+    with pytest.raises(ReasonRLError, match="'tasks.gsm8k.pools': prompt pools are drawn"):
+        build_splits("gsm8k", {"kind": "gsm8k", "pools": {"preference": 5}}, seed=3)
 
 
 def test_arith_respects_difficulty_knobs():

@@ -123,6 +123,22 @@ def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snake
     assert not any("policy=sft-code" in wildcards for wildcards in evaluated)  # arith only
 
 
+def test_a_preference_pool_feeds_the_rounds_and_leaves_the_task_splits_alone(snakemake, tmp_path):
+    extra = tmp_path / "pool.yaml"
+    extra.write_text("tasks: {arith: {kind: arith, pools: {preference: 300}}}\n")
+    plain = dry_run_jobs(snakemake("-n", "-p"))
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
+    pool = next(job for job in jobs if job["rule"] == "make_task_pool")
+    assert pool["wildcards"] == "task=arith, pool=preference"
+    assert cli_config(pool)["tasks"]["arith"]["pools"] == {"preference": 300}
+    augment = next(job for job in jobs if job["rule"] == "augment_prompts")
+    assert "results/data/arith/pool-preference/problems.jsonl" in augment["input"]
+    assert "results/data/arith/train.jsonl" not in augment["input"]
+    # the train/test rule does not see the pools: declaring one reruns nothing that reads them
+    data = [job["shell"] for job in jobs if job["rule"] == "make_task_data"]
+    assert data == [job["shell"] for job in plain if job["rule"] == "make_task_data"]
+
+
 def test_online_dpo_rewarded_by_the_bt_rm_takes_the_tasks_reward_model(snakemake, tmp_path):
     extra = tmp_path / "rm.yaml"
     extra.write_text(

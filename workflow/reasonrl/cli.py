@@ -26,6 +26,12 @@ def make_data(args: argparse.Namespace, config: dict) -> None:
     run(config, args.task, args.out_dir)
 
 
+def make_pool(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.stages.data import make_pool as run
+
+    run(config, args.task, args.pool, args.out_dir)
+
+
 def build_tiny(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.models import build_tiny as run
 
@@ -323,6 +329,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = stage("make-data", make_data, "build a task's train/test problems")
     p.add_argument("--task", required=True)
+    p.add_argument("--out-dir", required=True)
+    p = stage("make-pool", make_pool, "draw a task's prompt pool for one consumer")
+    p.add_argument("--task", required=True)
+    p.add_argument("--pool", required=True, help="consumer (a key of tasks.TASK.pools)")
     p.add_argument("--out-dir", required=True)
     p = stage("build-tiny", build_tiny, "train a tokenizer and initialise the tiny Llama policy")
     p.add_argument("--corpus", action="append", required=True, help="problems JSONL (repeatable)")

@@ -65,6 +65,34 @@ def config_json(*sections, task=None):
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
 
+def task_data_json(wildcards):
+    """A task's settings for its train/test rule, without its prompt pools: pools are drawn
+    after both splits, so declaring one must not rerun the splits and all that reads them.
+    """
+    settings = {
+        k: v for k, v in config["tasks"][wildcards.task].items() if k != "pools"
+    }
+    return shlex.quote(
+        json.dumps(
+            {"seed": config["seed"], "tasks": {wildcards.task: settings}},
+            sort_keys=True,
+        )
+    )
+
+
+def prompt_source(consumer):
+    """The problems a consumer draws its prompts from: its pool of the task when the task
+    declares one (disjoint from what SFT trains and evaluation tests on), else the train split.
+    """
+
+    def source(wildcards):
+        if consumer in config["tasks"][wildcards.task]["pools"]:
+            return f"results/data/{wildcards.task}/pool-{consumer}/problems.jsonl"
+        return f"results/data/{wildcards.task}/train.jsonl"
+
+    return source
+
+
 def train_files(tasks):
     """The train split of each task (sft.tasks, or every task for the tokenizer corpus)."""
     return [f"results/data/{task}/train.jsonl" for task in tasks]

@@ -12,7 +12,7 @@ wildcard_constraints:
 
 rule augment_prompts:
     input:
-        train="results/data/{task}/train.jsonl",
+        train=prompt_source("preference"),
         eval_sets=expand(
             "results/data/{eval_task}/test.jsonl",
             eval_task=config["evaluation"]["tasks"],

@@ -27,9 +27,10 @@ CODE_INSTRUCTION = (
     "Complete the function above. Answer with the whole function in one ```python code block."
 )
 STYLES = ("tool", "cot")
-BUILDERS = {
-    "arith": arith.build,
-    "pycode": pycode.build,
+# generated tasks draw every split (and prompt pools) from one seeded generator
+GENERATORS = {"arith": arith.build, "pycode": pycode.build}
+# loaded tasks come with their own train/test splits
+LOADERS = {
     "humaneval": loaders.load_humaneval,
     "gsm8k": loaders.load_gsm8k,
     "math": loaders.load_math,
@@ -42,16 +43,31 @@ def _task_defaults() -> dict:
     return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
 
 
-def build_problems(name: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
-    """(train, test) rows of task `name`; deterministic for (settings, seed).
+def build_splits(name: str, settings: dict, seed: int) -> dict[str, list[dict]]:
+    """Rows of every split of task `name` (train, test and, for generated tasks, the prompt
+    pools of `settings["pools"]`); deterministic for (settings, seed).
 
     Knobs missing from `settings` take the config schema's defaults.
     """
     settings = {**_task_defaults(), **settings}
     kind = settings.get("kind")
-    if kind not in BUILDERS:
+    if kind in GENERATORS:
+        return GENERATORS[kind](name, settings, seed)
+    if kind not in LOADERS:
         raise ReasonRLError(f"config key 'tasks.{name}.kind': unknown task kind {kind!r}")
-    return BUILDERS[kind](name, settings, seed)
+    if settings["pools"]:
+        raise ReasonRLError(
+            f"config key 'tasks.{name}.pools': prompt pools are drawn from generated tasks "
+            f"({', '.join(GENERATORS)}), not from a loaded {kind} dataset"
+        )
+    train, test = LOADERS[kind](name, settings, seed)
+    return {"train": train, "test": test}
+
+
+def build_problems(name: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, test) rows of task `name` (see `build_splits`)."""
+    splits = build_splits(name, settings, seed)
+    return splits["train"], splits["test"]
 
 
 def is_code_task(problem: dict) -> bool:

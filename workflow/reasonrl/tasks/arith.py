@@ -353,8 +353,9 @@ def problem_row(problem: ArithProblem, task: str, split: str, index: int) -> dic
     }
 
 
-def build(task: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
-    """Train and test rows (disjoint, de-duplicated by question), deterministic for the seed."""
+def build(task: str, settings: dict, seed: int) -> dict[str, list[dict]]:
+    """Rows of every split (train, test, pools; disjoint, de-duplicated by question),
+    deterministic for the seed."""
 
     def draw(rng: random.Random) -> tuple[ArithProblem, str]:
         num_ops = rng.randint(settings["min_ops"], settings["max_ops"])
@@ -364,8 +365,7 @@ def build(task: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]
         return problem, problem.question()
 
     splits = draw_splits(task, settings, seed, draw)
-    rows = {
+    return {
         split: [problem_row(p, task, split, i) for i, p in enumerate(problems)]
         for split, problems in splits.items()
     }
-    return rows["train"], rows["test"]

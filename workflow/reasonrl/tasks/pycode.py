@@ -334,16 +334,16 @@ def problem_row(spec: FunctionSpec, task: str, split: str, index: int) -> dict:
     }
 
 
-def build(task: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
-    """Train and test rows (disjoint, de-duplicated by prompt), deterministic for the seed."""
+def build(task: str, settings: dict, seed: int) -> dict[str, list[dict]]:
+    """Rows of every split (train, test, pools; disjoint, de-duplicated by prompt),
+    deterministic for the seed."""
 
     def draw(rng: random.Random) -> tuple[FunctionSpec, str]:
         spec = rng.choice(FAMILIES)(rng)
         return spec, f"{spec.name}:{spec.doc}"
 
     splits = draw_splits(task, settings, seed, draw)
-    rows = {
+    return {
         split: [problem_row(spec, task, split, i) for i, spec in enumerate(specs)]
         for split, specs in splits.items()
     }
-    return rows["train"], rows["test"]

@@ -1,4 +1,5 @@
-"""Drawing de-duplicated, disjoint train/test splits from a seeded problem generator."""
+"""Drawing de-duplicated, disjoint train/test splits and prompt pools from a seeded problem
+generator."""
 
 from __future__ import annotations
 
@@ -30,20 +31,28 @@ def _draw_unique(
     return problems if len(problems) == count else None
 
 
+def pool_split(name: str) -> str:
+    """The split name of a consumer's prompt pool."""
+    return f"pool-{name}"
+
+
 def draw_splits(
     task: str,
     settings: dict,
     seed: int,
     draw: Callable[[random.Random], tuple[Problem, str]],
 ) -> dict[str, list[Problem]]:
-    """Test and train problems, distinct by question text and disjoint.
+    """Test, train and pool problems, distinct by question text and disjoint.
 
     Each split has its own stream seeded from (seed, task, split); test is drawn first, so it
-    does not change with train_size, and train skips every test question.
+    does not change with train_size, then train, then each of `settings["pools"]` (name ->
+    size) in its declared order as split `pool-{name}`: a pool skips every question before
+    it, and adding one changes none of the splits drawn before it.
     """
     seen: set[str] = set()
     splits = {}
-    for split, size in (("test", settings["test_size"]), ("train", settings["train_size"])):
+    pools = [(pool_split(name), size) for name, size in settings.get("pools", {}).items()]
+    for split, size in [("test", settings["test_size"]), ("train", settings["train_size"])] + pools:
         problems = _draw_unique(draw, random.Random(f"{seed}:{task}:{split}"), seen, size)
         if problems is None:
             raise ReasonRLError(
