@@ -32,7 +32,7 @@ rule calibrate:
 
 rule calibration_gate:
     input:
-        calibration="results/report/calibration.json",
+        calibration=rules.calibrate.output.json,
     output:
         CALIBRATION_GATE,
     log:

@@ -212,21 +212,17 @@ def calibration_config_json():
 
 def method_temperatures():
     """Config key -> sampling temperature of each method this config runs from an SFT policy."""
-    keys = {
-        "preference.sampling.temperature": config["preference"]["variants"],
-        "online_dpo.temperature": config["online_dpo"]["variants"],
-        "reward_models.temperature": config["reward_models"]["tasks"],
-        "ppo.temperature": config["ppo"]["variants"],
-    }
-    temperatures = {}
-    for key, methods in keys.items():
-        if methods:
-            section, *path = key.split(".")
-            value = config[section]
-            for name in path:
-                value = value[name]
-            temperatures[key] = value
-    return temperatures
+    methods = [
+        (
+            "preference.sampling.temperature",
+            PREFERENCE["variants"],
+            PREFERENCE["sampling"],
+        ),
+        ("online_dpo.temperature", ONLINE["variants"], ONLINE),
+        ("reward_models.temperature", rm_tasks(), config["reward_models"]),
+        ("ppo.temperature", PPO["variants"], PPO),
+    ]
+    return {key: section["temperature"] for key, runs, section in methods if runs}
 
 
 def method_temperature_args():
