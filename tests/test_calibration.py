@@ -135,6 +135,7 @@ def test_a_failed_gate_stops_with_its_line_and_calibration_json_stays(tmp_path, 
     # Not enforced: the gate lets the methods run and records what failed.
     main([*argv, "--config-json", _config(enforce=False)])
     assert json.loads(gate.read_text())["failures"][0].startswith("calibration gate 'easy_min'")
+    assert "WARNING not enforced: calibration gate 'easy_min' failed" in capsys.readouterr().err
 
 
 def test_the_schema_offers_exactly_the_gates_the_library_checks():

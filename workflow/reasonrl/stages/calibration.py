@@ -105,5 +105,7 @@ def calibration_gate(config: dict, calibration_path: str, out: str) -> list[str]
     enforce = config["calibration"]["enforce"]
     if failures and enforce:
         raise ReasonRLError("\n".join(failures))
+    for line in failures:
+        log.warning("not enforced: %s", line)
     write_json(Path(out), {"enforce": enforce, "failures": failures})
     return failures

@@ -83,8 +83,8 @@ def _calibration_table(calibration: dict) -> str:
         f" sampled pass@1 {measures['frontier_sampled_pass@1']:.3f}."
     ]
     for key in calibration["temperature_differs"]:
-        lines.append(f"The samples' temperature differs from {key} = "
-                     f"{calibration['method_temperatures'][key]}.")  # fmt: skip
+        method_temperature = calibration["method_temperatures"][key]
+        lines.append(f"The samples' temperature differs from {key} = {method_temperature}.")
     rows = [
         {
             "gate": gate["gate"],
