@@ -206,3 +206,48 @@ def test_reward_model_tasks_must_be_configured_and_hgs_a_subset():
         )
     with pytest.raises(ReasonRLError, match="neutral_band"):
         validate_config({"reward_models": {"hgs": {"neutral_band": [0.8, 0.2]}}}, "my.yaml")
+
+
+FRONTIER = {
+    "tasks": {"arith": {"kind": "arith"}, "arith5": {"kind": "arith", "min_ops": 5, "max_ops": 5}},
+    "evaluation": {"n_samples": 8},
+}
+
+
+@pytest.mark.parametrize(
+    ("calibration", "message"),
+    [
+        (
+            {"frontier_task": "arith6"},
+            "config key 'calibration.frontier_task' names 'arith6', which is not under 'tasks'",
+        ),
+        (
+            {"frontier_task": "arith5", "easy_task": "easy"},
+            "config key 'calibration.easy_task' names 'easy', which is not under 'tasks'",
+        ),
+        (
+            {"frontier_task": "arith5", "policy": "sft-mix"},
+            "config key 'calibration.policy' names 'sft-mix', which is not an SFT policy",
+        ),
+        (
+            {"frontier_task": "arith5", "k": 16},
+            "config key 'calibration.k' (16) exceeds evaluation.n_samples (8)",
+        ),
+        (
+            {"frontier_task": "arith5", "gates": {"gap_max": 0.5}},
+            "unknown config key 'calibration.gates.gap_max'",
+        ),
+    ],
+)
+def test_bad_calibration_is_named(calibration, message):
+    with pytest.raises(ReasonRLError, match=re.escape(message)) as err:
+        validate_config({**FRONTIER, "calibration": calibration}, "my.yaml")
+    assert "\n" not in str(err.value)
+
+
+def test_calibration_is_off_by_default_and_checked_only_when_on():
+    assert validate_config({})["calibration"]["frontier_task"] is None
+    # Off: the task names are not read, so nothing to reject.
+    validate_config({"calibration": {"easy_task": "nothing"}})
+    config = validate_config({**FRONTIER, "calibration": {"frontier_task": "arith5"}})
+    assert config["calibration"]["gates"]["gap_min"] == 0.2

@@ -185,3 +185,29 @@ def test_report_pages_names_an_unreadable_table(tmp_path):
     missing = tmp_path / "no-such.csv"
     with pytest.raises(ReasonRLError, match=r"no-such\.csv: unreadable table"):
         report_pages({"summary": str(missing)}, str(tmp_path / "pages"))
+
+
+def test_index_shows_the_calibration_gates_when_given(tmp_path):
+    from reasonrl.config import validate_config
+    from reasonrl.stages.calibration import calibrate
+
+    rows = []
+    for i, (greedy, samples) in enumerate([(True, [True, False]), (False, [False, False])]):
+        rows.append({"problem_id": f"p{i}", "decoding": "greedy", "correct": greedy})
+        rows += [{"problem_id": f"p{i}", "decoding": "sampled", "correct": c} for c in samples]
+    trajectories = tmp_path / "trajectories.jsonl"
+    trajectories.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    raw = {"calibration": {"frontier_task": "arith", "k": 2}, "evaluation": {"temperature": 0.7}}
+    config = validate_config(raw, stage=True)
+    temperatures = {"preference.sampling.temperature": 1.0}
+    calibrate(config, str(trajectories), str(trajectories), temperatures, str(tmp_path / "cal"))
+    metrics = [write_metrics(tmp_path, fake_metrics("sft-tool", "arith", 0.5), "sft")]
+    out = tmp_path / "report"
+    write_report(metrics, str(out), calibration_path=str(tmp_path / "cal" / "calibration.json"))
+    index = (out / "index.md").read_text()
+    assert (
+        "Calibration of sft-tool (easy: arith, frontier: arith, 2 problems x 2 samples at" in index
+    )
+    assert "differs from preference.sampling.temperature = 1.0" in index
+    assert "| easy_min | easy_greedy | 0.500 | >= 0.85 | FAILED |" in index
+    assert "| frontier_max | frontier_greedy | 0.500 | <= 0.6 | passed |" in index

@@ -324,3 +324,31 @@ def test_tool_sft_beats_the_untrained_policy(test_run):
         return json.loads(metrics.read_text())["greedy_pass@1"]
 
     assert greedy("sft-tool") > greedy("base")
+
+
+def test_calibration_runs_between_sft_and_the_methods_when_a_frontier_is_set(snakemake, tmp_path):
+    extra = tmp_path / "frontier.yaml"
+    extra.write_text(
+        "tasks: {arith: {kind: arith}, pycode: {kind: pycode},"
+        " arith5: {kind: arith, min_ops: 5, max_ops: 5}}\n"
+        "evaluation: {n_samples: 8, temperature: 0.7}\n"
+        "calibration: {frontier_task: arith5}\n"
+    )
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
+    by_rule = {job["rule"]: job for job in jobs}
+    calibrate, gate = by_rule["calibrate"], by_rule["calibration_gate"]
+    assert calibrate["input"].split(", ") == [
+        "results/eval/sft-tool/arith/trajectories.jsonl",
+        "results/eval/sft-tool/arith5/trajectories.jsonl",
+    ]
+    assert "--method-temperature preference.sampling.temperature=1.0 " in calibrate["shell"]
+    assert cli_config(calibrate)["evaluation"] == {"temperature": 0.7}
+    assert "enforce" not in cli_config(calibrate)["calibration"]  # the gate's alone
+    assert gate["input"] == calibrate["output"].split(", ")[0]
+    first_round = next(
+        j for j in jobs if j["rule"] == "sample_round" and j["wildcards"] == "lineage=sft, round=1"
+    )
+    for method in (first_round, by_rule["sample_rm_data"]):
+        assert gate["output"] in method["input"].split(", ")
+    assert "results/report/calibration.json" in by_rule["report"]["input"]
+    assert "--calibration results/report/calibration.json " in by_rule["report"]["shell"]

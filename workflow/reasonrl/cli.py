@@ -76,7 +76,15 @@ def report(args: argparse.Namespace, config: dict) -> None:
 
     arms = dict(_name_value(item, "--arm") for item in args.arm or [])
     best = dict(_name_value(item, "--best") for item in args.best or [])
-    run(args.metrics, args.out_dir, args.train_metrics or [], config["comparisons"], arms, best)
+    run(
+        args.metrics,
+        args.out_dir,
+        args.train_metrics or [],
+        config["comparisons"],
+        arms,
+        best,
+        args.calibration,
+    )
 
 
 def report_pages(args: argparse.Namespace, config: dict) -> None:
@@ -84,6 +92,25 @@ def report_pages(args: argparse.Namespace, config: dict) -> None:
 
     tables = dict(_name_value(item, "--table") for item in args.table or [])
     run(tables, args.out_dir, args.best_of_n, args.preference)
+
+
+def calibrate(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.stages.calibration import calibrate as run
+
+    temperatures = {}
+    for item in args.method_temperature or []:
+        key, value = _name_value(item, "--method-temperature")
+        try:
+            temperatures[key] = float(value)
+        except ValueError:
+            raise ReasonRLError(f"--method-temperature expects KEY=NUMBER, got '{item}'") from None
+    run(config, args.easy, args.frontier, temperatures, args.out_dir)
+
+
+def calibration_gate(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.stages.calibration import calibration_gate as run
+
+    run(config, args.calibration, args.out)
 
 
 def augment_prompts(args: argparse.Namespace, config: dict) -> None:
@@ -367,12 +394,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-metrics", nargs="*")
     p.add_argument("--arm", action="append", help="POLICY=TRAJECTORIES of a comparison arm")
     p.add_argument("--best", action="append", help="METHOD=BEST_JSON (select-best's pick)")
+    p.add_argument("--calibration", help="calibrate's calibration.json (a table in the summary)")
     p.add_argument("--out-dir", required=True)
     p = stage("report-pages", report_pages, "result tables as HTML, best-of-N and round curves")
     p.add_argument("--table", action="append", help="NAME=CSV of a result table (repeatable)")
     p.add_argument("--best-of-n", help="the reward tables' best_of_n.csv")
     p.add_argument("--preference", help="the preference table's table.csv")
     p.add_argument("--out-dir", required=True)
+    _calibration_stages(stage)
     p = stage("augment-prompts", augment_prompts, "rephrased/backward prompts, dedup, decontam")
     p.add_argument("--task", required=True)
     p.add_argument("--train", required=True, help="the task's train problems JSONL")
@@ -419,6 +448,23 @@ def _parser() -> argparse.ArgumentParser:
     _online_stages(stage)
     _ppo_stages(stage)
     return parser
+
+
+def _calibration_stages(stage) -> None:
+    p = stage("calibrate", calibrate, "headroom of the start policy on the easy and frontier band")
+    p.add_argument("--easy", required=True, help="its evaluation trajectories on the easy task")
+    p.add_argument(
+        "--frontier", required=True, help="its evaluation trajectories on the frontier task"
+    )
+    p.add_argument(
+        "--method-temperature",
+        action="append",
+        help="KEY=T: a method's sampling temperature (config key), recorded beside the samples'",
+    )
+    p.add_argument("--out-dir", required=True)
+    p = stage("calibration-gate", calibration_gate, "stop the methods when a gate failed")
+    p.add_argument("--calibration", required=True, help="calibrate's calibration.json")
+    p.add_argument("--out", required=True, help="the file the methods wait for")
 
 
 def _online_stages(stage) -> None:

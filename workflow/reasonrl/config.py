@@ -94,6 +94,8 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     _check_ppo(raw or {}, filled, source)
     if "comparisons" in (raw or {}) and not stage:
         _check_comparisons(filled, source)
+    if "calibration" in (raw or {}) and not stage:
+        _check_calibration(filled, source)
     _check_model_folders(filled, source)
     return filled
 
@@ -185,6 +187,37 @@ def _check_round0(filled: dict, source: str) -> None:
         raise ReasonRLError(
             f"{source}: config key 'preference.policy' names '{policy}', which is not an SFT"
             f" policy of sft.variants ({', '.join(names)})"
+        )
+
+
+def _check_calibration(filled: dict, source: str) -> None:
+    """With a frontier task: both bands are configured tasks, the start policy is trained,
+    and the evaluation samples each problem at least k times."""
+    section = filled["calibration"]
+    if section["frontier_task"] is None:
+        return
+    for key in ("frontier_task", "easy_task"):
+        if section[key] not in filled["tasks"]:
+            raise ReasonRLError(
+                f"{source}: config key 'calibration.{key}' names '{section[key]}', "
+                "which is not under 'tasks'"
+            )
+    names = [f"sft-{name}" for name in sft_policies(filled)]
+    if section["policy"] not in names:
+        raise ReasonRLError(
+            f"{source}: config key 'calibration.policy' names '{section['policy']}', which is"
+            f" not an SFT policy of sft.variants ({', '.join(names)})"
+        )
+    evaluation = filled["evaluation"]
+    if evaluation["n_samples"] < section["k"]:
+        raise ReasonRLError(
+            f"{source}: config key 'calibration.k' ({section['k']}) exceeds evaluation.n_samples"
+            f" ({evaluation['n_samples']}): pass@k needs k samples per problem"
+        )
+    if evaluation["temperature"] == 0:
+        raise ReasonRLError(
+            f"{source}: config key 'evaluation.temperature' is 0: calibration needs sampled"
+            " trajectories"
         )
 
 

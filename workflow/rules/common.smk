@@ -209,6 +209,74 @@ def sft_train_metrics(wildcards, input):
     return " ".join(shlex.quote(f"{model}/metrics.json") for model in input.sft_models)
 
 
+# --- Calibration (calibration.smk) -----------------------------------------------------------
+# Off while calibration.frontier_task is null: then no rule below takes these inputs and the
+# DAG is that of a config without the section.
+
+CALIBRATION = config["calibration"]
+CALIBRATION_JSON = "results/report/calibration.json"
+CALIBRATION_GATE = "results/report/calibration_gate.json"
+
+
+def calibration_on():
+    return CALIBRATION["frontier_task"] is not None
+
+
+def calibration_trajectories(band):
+    """The start policy's evaluation trajectories on calibration.`band` (easy_task, frontier_task)."""
+    return (
+        f"results/eval/{CALIBRATION['policy']}/{CALIBRATION[band]}/trajectories.jsonl"
+    )
+
+
+def calibration_config_json():
+    """The calibrate stage's config: the calibration section less enforce (read by the gate
+    alone) and the temperature its samples were drawn at."""
+    section = {k: v for k, v in CALIBRATION.items() if k != "enforce"}
+    evaluation = {"temperature": config["evaluation"]["temperature"]}
+    reduced = {"seed": config["seed"], "calibration": section, "evaluation": evaluation}
+    return shlex.quote(json.dumps(reduced, sort_keys=True))
+
+
+def method_temperatures():
+    """Config key -> sampling temperature of each method this config runs from an SFT policy."""
+    methods = [
+        (
+            "preference.sampling.temperature",
+            PREFERENCE["variants"],
+            PREFERENCE["sampling"],
+        ),
+        ("online_dpo.temperature", ONLINE["variants"], ONLINE),
+        ("reward_models.temperature", rm_tasks(), config["reward_models"]),
+        ("ppo.temperature", PPO["variants"], PPO),
+    ]
+    return {key: section["temperature"] for key, runs, section in methods if runs}
+
+
+def method_temperature_args():
+    return repeated_flag(
+        "--method-temperature", [f"{k}={t}" for k, t in method_temperatures().items()]
+    )
+
+
+def calibration_gate():
+    """The gate, an input of each method's first job from an SFT policy (sampling, RM data,
+    online DPO, PPO), so a failed gate stops them; nothing while calibration is off.
+    ancient: rerunning the gate alone (a new bound, enforce turned off) reruns no method.
+    """
+    return ancient(CALIBRATION_GATE) if calibration_on() else []
+
+
+def calibration_report_input():
+    return CALIBRATION_JSON if calibration_on() else []
+
+
+def calibration_report_arg(wildcards, input):
+    return (
+        f"--calibration {shlex.quote(input.calibration)}" if input.calibration else ""
+    )
+
+
 # ---- Preference rounds (M-DPO, M-KTO and baselines) ----------------------------------------
 # Round 0 is the SFT policy preference.policy (sft-tool by default), whose style the rounds
 # sample and are evaluated in; policy {method}-round{r} trains from {method}-round{r-1} on
@@ -626,6 +694,8 @@ def comparison_outputs():
 def report_tables():
     """NAME -> CSV of every result table this config makes, shown as an HTML page each."""
     tables = {"summary": "results/report/summary.csv"}
+    if calibration_on():
+        tables["calibration"] = "results/report/calibration.csv"
     if COMPARISONS:
         tables["comparisons"] = "results/report/comparisons.csv"
     if config["preference"]["variants"]:

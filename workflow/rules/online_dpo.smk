@@ -9,6 +9,7 @@ wildcard_constraints:
 
 rule online_dpo:
     input:
+        gate=calibration_gate(),
         model=f"results/models/{ONLINE['policy']}",
         train=f"results/data/{ONLINE['task']}/train.jsonl",
         reward_model=bt_reward_model(ONLINE),

@@ -9,6 +9,7 @@ wildcard_constraints:
 
 rule ppo_r2:
     input:
+        gate=calibration_gate(),
         model=policy_model_input(PPO["policy"]),
         reward_model=f"results/rm/{PPO['task']}/model-bt",
         problems=f"results/data/{PPO['task']}/train.jsonl",
@@ -47,6 +48,7 @@ rule ppo_r2:
 
 rule ppo:
     input:
+        gate=calibration_gate(),
         model=policy_model_input(PPO["policy"]),
         reward_model=bt_reward_model(PPO),
         problems=f"results/data/{PPO['task']}/train.jsonl",

@@ -52,6 +52,7 @@ rule augment_prompts:
 
 rule sample_round:
     input:
+        gate=calibration_gate(),
         prompts=f"results/prompts/{PREFERENCE['task']}/round{{round}}.jsonl",
         models=sampler_models,
         parts=split_parts(
@@ -87,6 +88,7 @@ rule sample_round:
 # One share of sample_round's shards (config split.sample_round > 1).
 use rule sample_round as sample_round_part with:
     input:
+        gate=calibration_gate(),
         prompts=f"results/prompts/{PREFERENCE['task']}/round{{round}}.jsonl",
         models=sampler_models,
     output:

@@ -7,6 +7,7 @@ rule report:
         sft_models=sft_models(),
         trajectories=list(comparison_arms().values()),
         best=list(comparison_best_files().values()),
+        calibration=calibration_report_input(),
     output:
         **comparison_outputs(),
         summary_csv=report(
@@ -43,10 +44,11 @@ rule report:
         config=config_json("evaluation", "comparisons"),
         train_metrics=sft_train_metrics,
         comparisons=comparison_args,
+        calibration=calibration_report_arg,
         out_dir=subpath(output.index, parent=True),
     shell:
         "reasonrl report --config-json {params.config} --metrics {input.metrics:q}"
-        " --train-metrics {params.train_metrics} {params.comparisons}"
+        " --train-metrics {params.train_metrics} {params.comparisons} {params.calibration}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 

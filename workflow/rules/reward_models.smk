@@ -9,6 +9,7 @@ wildcard_constraints:
 
 rule sample_rm_data:
     input:
+        gate=calibration_gate(),
         model=rm_policy_model,
         problems="results/data/{task}/train.jsonl",
         parts=split_parts("sample_rm_data", "results/rm/{task}/samples.parts/{part}"),
@@ -46,6 +47,7 @@ rule sample_rm_data:
 # One share of sample_rm_data's shards (config split.sample_rm_data > 1).
 use rule sample_rm_data as sample_rm_data_part with:
     input:
+        gate=calibration_gate(),
         model=rm_policy_model,
         problems="results/data/{task}/train.jsonl",
     output:

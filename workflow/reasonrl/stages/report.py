@@ -33,12 +33,14 @@ def report(
     comparisons: dict | None = None,
     arm_paths: dict[str, str] | None = None,
     best_paths: dict[str, str] | None = None,
+    calibration_path: str | None = None,
 ) -> None:
     """Write summary.csv/.md, pass_at_1.png, pass_at_k.png, sft_loss.png (when training
     metrics are given), comparisons.json/.csv/.md/.png (when the config section
     `comparisons` declares any: arm_paths maps each arm's policy to its test trajectories,
     best_paths each METHOD of a METHOD-best arm to select-best's best.json) and index.md,
-    linking them, into out_dir."""
+    linking them, into out_dir; index.md shows calibrate's gates when calibration_path is
+    given."""
     evaluations = sorted(
         (_read_evaluation(path) for path in metrics_paths), key=lambda m: (m["task"], m["policy"])
     )
@@ -62,7 +64,39 @@ def report(
         rows = run_declared(comparisons["declared"], arm_paths or {}, picked, comparisons["alpha"])
         table += "\n" + _write_comparisons(rows, out, comparisons["alpha"])
         pictures.append("comparisons.png")
+    if calibration_path:
+        table += "\n" + _calibration_table(read_json(calibration_path))
     write_text(out / "index.md", _index(table, pictures))
+
+
+def _calibration_table(calibration: dict) -> str:
+    """calibration.json as Markdown: what was measured, at which temperature (and the
+    methods' own where they differ), then one row per gate."""
+    sampled = calibration["sampled_at"]
+    measures = calibration["measures"]
+    k = calibration["k"]
+    lines = [
+        f"Calibration of {calibration['policy']} (easy: {calibration['easy_task']}, frontier:"
+        f" {calibration['frontier_task']}, {measures['frontier_problems']} problems x"
+        f" {measures['samples_per_problem']} samples at {sampled['key']} ="
+        f" {sampled['temperature']}): frontier pass@{k} {measures[f'frontier_pass@{k}']:.3f},"
+        f" sampled pass@1 {measures['frontier_sampled_pass@1']:.3f}."
+    ]
+    for key in calibration["temperature_differs"]:
+        method_temperature = calibration["method_temperatures"][key]
+        lines.append(f"The samples' temperature differs from {key} = {method_temperature}.")
+    rows = [
+        {
+            "gate": gate["gate"],
+            "measure": gate["measure"],
+            "value": f"{gate['value']:.3f}",
+            "bound": f"{'>=' if gate['kind'] == 'min' else '<='} {gate['bound']}",
+            "verdict": "passed" if gate["passed"] else "FAILED",
+        }
+        for gate in calibration["gates"]
+    ]
+    lines += ["", markdown(frame(rows))] if rows else []
+    return "\n".join(lines) + "\n"
 
 
 COMPARISON_COLUMNS = [
