@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -235,3 +236,33 @@ def test_more_pairs_per_prompt_take_distinct_losers_each_with_a_winner():
     assert stats["pairs"] == 4 and stats["coverage"] == 1.0
     two = label_preferences(rows, 2048, seed=0, pairs_per_prompt=2)[0]
     assert [p["problem_id"] for p in two] == ["a", "a", "b"]
+
+
+def test_frontier_config_pool_fills_every_round_after_decontamination(tmp_path):
+    """config/frontier.yaml's preference pool, decontaminated against both test splits, still
+    gives each round its per_round prompts (a short pool silently shrinks the last round)."""
+    from reasonrl.config import load_workflow_config
+    from reasonrl.io import write_jsonl
+    from reasonrl.stages.preference import augment_prompts
+    from reasonrl.tasks import build_splits
+
+    repo = Path(__file__).resolve().parents[1]
+    config = load_workflow_config(
+        [str(repo / "config/frontier.yaml")], default=str(repo / "config/config.yaml")
+    )
+    task = config["preference"]["task"]
+    eval_sets = {}
+    for name in config["evaluation"]["tasks"]:
+        splits = build_splits(name, config["tasks"][name], config["seed"])
+        eval_sets[name] = str(tmp_path / f"{name}-test.jsonl")
+        write_jsonl(eval_sets[name], splits["test"], schema="problem")
+        if name == task:
+            write_jsonl(tmp_path / "pool.jsonl", splits["pool-preference"], schema="problem")
+    rounds = config["preference"]["variants"][0]["rounds"]
+    stats = augment_prompts(
+        config, task, str(tmp_path / "pool.jsonl"), eval_sets, rounds, str(tmp_path / "out")
+    )
+    assert sum(stats["contaminated"].values()) > 0
+    per_round = config["preference"]["prompts"]["per_round"]
+    assert stats["per_round"] == [per_round] * rounds
+    assert stats["selection"] == config["preference"]["prompts"]["selection_size"]
