@@ -56,7 +56,7 @@ class TrainingRun:
         self.lora, self.seed = lora, seed
         self.provenance = Provenance(stage, sections, inputs, seed)
         parts = [*fingerprint_parts, self.provenance.hashes]
-        if lora and lora.enabled:  # full fine-tuning keeps the fingerprint it had before LoRA
+        if lora and lora.enabled:  # r 0 is full fine-tuning whatever alpha or targets say
             parts.append(asdict(lora))
         self.fingerprint = hashlib.sha256(
             json.dumps(parts, sort_keys=True, default=str).encode()
