@@ -320,3 +320,33 @@ def test_a_sections_gradient_checkpointing_reaches_the_plan():
             before[rule].params,
             before[rule].optimizer,
         )
+
+
+def test_a_sections_lora_reaches_the_plan():
+    """The plan reads the `lora` setting the sft and preference_train stages read: adapters'
+    gradients and optimizer states only, fewer still with fewer target linears."""
+    config = load_workflow_config([str(REPO / "config/gpu-mdpo-mistral-7b.yaml")])
+    placements = {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES}
+    sections = {"sft": config["sft"], "preference_train": config["preference"]["train"]}
+    full = {p.rule: p for p in mp.plan_config(config, placements)}
+    for section in sections.values():
+        section["lora"] = {**section["lora"], "r": 16}
+    lora = {p.rule: p for p in mp.plan_config(config, placements)}
+    for section in sections.values():
+        section["lora"] = {**section["lora"], "target_modules": ["q_proj", "v_proj"]}
+    attention_only = {p.rule: p for p in mp.plan_config(config, placements)}
+    arch = mp.architecture(config)
+    for rule in sections:
+        assert lora[rule].optimizer < 0.01 * full[rule].optimizer, rule
+        assert lora[rule].grads < 0.01 * full[rule].grads, rule
+        assert attention_only[rule].optimizer < lora[rule].optimizer, rule
+        # 12 bytes per adapter parameter (bf16 mixed precision), r (in + out) per q and v.
+        q_v = 16 * (2 * arch.hidden + arch.hidden + arch.kv_heads * arch.d) * arch.layers
+        zero3 = 8 if attention_only[rule].zero == 3 else 1
+        assert attention_only[rule].optimizer == pytest.approx(12 * q_v / zero3), rule
+
+
+def test_the_plans_default_lora_targets_are_the_schemas():
+    config = validate_config({})
+    for section in (config["sft"], config["preference"]["train"]):
+        assert tuple(section["lora"]["target_modules"]) == mp.LORA_TARGETS

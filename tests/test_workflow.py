@@ -326,6 +326,26 @@ def test_tool_sft_beats_the_untrained_policy(test_run):
     assert greedy("sft-tool") > greedy("base")
 
 
+def test_lora_reaches_the_training_rules_and_full_fine_tuning_keeps_their_params(
+    snakemake, tmp_path
+):
+    """sft.lora and preference.train.lora reach their stages; r 0 leaves the setting out of
+    the params, so a config from before LoRA reruns nothing."""
+    extra = tmp_path / "lora.yaml"
+    extra.write_text("sft: {lora: {r: 8}}\npreference: {train: {lora: {r: 4, alpha: 8}}}\n")
+
+    def configs(*files) -> dict[str, dict]:
+        result = snakemake("-n", "-p", "--configfile", "config/config.yaml", *files)
+        jobs = dry_run_jobs(result)
+        return {j["rule"]: cli_config(j) for j in jobs if j["rule"] in ("sft", "preference_train")}
+
+    full, lora = configs(), configs(str(extra))
+    assert "lora" not in full["sft"]["sft"]
+    assert "lora" not in full["preference_train"]["preference"]["train"]
+    assert lora["sft"]["sft"]["lora"]["r"] == 8
+    assert lora["preference_train"]["preference"]["train"]["lora"]["alpha"] == 8
+
+
 def test_calibration_runs_between_sft_and_the_methods_when_a_frontier_is_set(snakemake, tmp_path):
     extra = tmp_path / "frontier.yaml"
     extra.write_text(

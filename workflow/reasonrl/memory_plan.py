@@ -48,6 +48,9 @@ GPU_BYTES = 80 * GIB
 # (the `launch=launcher` param in workflow/rules/); the others use one GPU whatever the job
 # holds. tests/test_memory_plan.py keeps this in step with the rules.
 LAUNCHED_RULES = frozenset({"sft"})
+# The linears of a Llama-style layer, where LoRA puts adapters unless told otherwise (the
+# schema's default lora.target_modules).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,19 @@ class Architecture:
         head = 0 if self.tied else self.vocab * h
         return self.vocab * h + self.layers * layer + h + head
 
-    def linear_shapes(self) -> list[tuple[int, int]]:
-        """(in, out) of every linear of one layer (LoRA's targets: attention and MLP)."""
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of every linear of one layer by its module name (LoRA's targets)."""
         h, d, i = self.hidden, self.d, self.intermediate
         q, kv = self.heads * d, self.kv_heads * d
-        return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
 
     def kv_bytes_per_token(self, e: int) -> int:
         return 2 * self.layers * self.kv_heads * self.d * e
@@ -153,6 +164,7 @@ class Trained:
     optimizer: str = "adamw"  # adamw or adamw8bit
     lora_rank: int = 0  # 0: full fine-tuning
     checkpointing: bool = False
+    lora_targets: tuple[str, ...] = LORA_TARGETS  # the linears with adapters
 
 
 @dataclass(frozen=True)
@@ -213,7 +225,12 @@ def model_state_bytes(arch: Architecture, t: Trained, weight_bytes: int, zero: i
     total = arch.params()
     trainable = total
     if t.lora_rank:
-        trainable = arch.layers * sum(t.lora_rank * (i + o) for i, o in arch.linear_shapes())
+        shapes = arch.linear_shapes()
+        # A target outside the layer's linears (another architecture's name) adds nothing
+        # here; the stage that loads the model rejects it.
+        trainable = arch.layers * sum(
+            t.lora_rank * sum(shapes[name]) for name in t.lora_targets if name in shapes
+        )
     mixed = t.precision == "bf16" or weight_bytes == 2
     grad_b = 2 if mixed else 4
     master = 4 if mixed else 0
@@ -315,8 +332,17 @@ def generation_spec(rule: str, config: dict, copies: int = 1, frozen: int = 0) -
 
 
 def _trained(section: dict, sequences: int, length: int) -> Trained:
-    checkpointing = section.get("gradient_checkpointing", False)
-    return Trained(section.get("precision", "fp32"), sequences, length, checkpointing=checkpointing)
+    """The model a training section trains: its precision, checkpointing and, where the
+    section has the setting, its LoRA adapters (the same `lora` the stage reads)."""
+    lora = section.get("lora") or {"r": 0, "target_modules": LORA_TARGETS}
+    return Trained(
+        section.get("precision", "fp32"),
+        sequences,
+        length,
+        lora_rank=lora["r"],
+        checkpointing=section.get("gradient_checkpointing", False),
+        lora_targets=tuple(lora["target_modules"]),
+    )
 
 
 def rule_specs(config: dict) -> list[RuleSpec]:

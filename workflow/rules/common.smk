@@ -128,11 +128,24 @@ def policy_style(policy):
     return SFT_POLICIES[name]["style"] if name in SFT_POLICIES else "tool"
 
 
+def without_full_fine_tuning(section):
+    """A training section less its lora setting where r is 0 (full fine-tuning): the stage
+    fills the default back in, and a config from before LoRA keeps its rules' params, so it
+    reruns nothing."""
+    if section["lora"]["r"]:
+        return section
+    return {key: value for key, value in section.items() if key != "lora"}
+
+
 def sft_config_json(wildcards):
     """The sft stage's config: sft.tasks and sft.max_steps are this policy's own, so adding
     or changing another SFT policy does not rerun it."""
     settings = SFT_POLICIES[wildcards.variant]
-    section = {key: value for key, value in config["sft"].items() if key != "variants"}
+    section = {
+        key: value
+        for key, value in without_full_fine_tuning(config["sft"]).items()
+        if key != "variants"
+    }
     section.update(tasks=settings["tasks"], max_steps=settings["max_steps"])
     reduced = {"seed": config["seed"], "sft": section, "policy": config["policy"]}
     return shlex.quote(json.dumps(reduced, sort_keys=True))
@@ -369,7 +382,11 @@ def preference_config_json(method, *sections):
     """config_json of `sections` plus the preference section reduced to `method`, so adding
     a variant (tables.yaml) does not rerun the others."""
     reduced = json.loads(shlex.split(config_json(*sections))[0])
-    reduced["preference"] = {**PREFERENCE, "variants": [method_settings(method)]}
+    reduced["preference"] = {
+        **PREFERENCE,
+        "train": without_full_fine_tuning(PREFERENCE["train"]),
+        "variants": [method_settings(method)],
+    }
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
 

@@ -2,9 +2,10 @@
 
 A training stage reads its inputs and passes its loss and batch source; this module owns
 the rest: loading the policy (and a frozen reference), the provenance, the checkpoint store
-stamped with a fingerprint of the inputs (so a run never resumes from a stale one), the loop
-call (training.loop: optimizer, schedule, exact resume), the metrics every trainer reports,
-and the atomic save of the output folder with its manifest.
+stamped with a fingerprint of the inputs (so a run never resumes from a stale one), LoRA
+adapters on the policy when the section asks for them (training.lora), the loop call
+(training.loop: optimizer, schedule, exact resume), the metrics every trainer reports, and
+the atomic save of the output folder with its manifest (adapters merged: a plain HF folder).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -29,13 +31,15 @@ from reasonrl.training.loop import (
     save_trained_model,
     train,
 )
+from reasonrl.training.lora import LoraSettings, add_adapters, merged
 
 
 class TrainingRun:
     """One training stage's output folder, provenance and resumable checkpoints.
 
     `fingerprint_parts` are the settings that make a checkpoint reusable; the input hashes
-    are appended to them.
+    and the LoRA setting are appended to them (a LoRA run never resumes a full one: their
+    checkpoints hold different models). `lora`: the section's adapters (None: none).
     """
 
     def __init__(
@@ -46,10 +50,14 @@ class TrainingRun:
         inputs: list[str],
         seed: int,
         *fingerprint_parts,
+        lora: LoraSettings | None = None,
     ):
         self.out = Path(out_dir)
+        self.lora, self.seed = lora, seed
         self.provenance = Provenance(stage, sections, inputs, seed)
         parts = [*fingerprint_parts, self.provenance.hashes]
+        if lora and lora.enabled:  # r 0 is full fine-tuning whatever alpha or targets say
+            parts.append(asdict(lora))
         self.fingerprint = hashlib.sha256(
             json.dumps(parts, sort_keys=True, default=str).encode()
         ).hexdigest()
@@ -58,8 +66,10 @@ class TrainingRun:
         )
 
     def load_policy(self, model_path: str, dtype: str) -> tuple[torch.nn.Module, object]:
-        """The causal LM the run trains, on this process's device, and its tokenizer."""
-        return load_policy(model_path, dtype)
+        """The causal LM the run trains, on this process's device, and its tokenizer; with
+        LoRA adapters (only they train) when the run has them."""
+        model, tokenizer = load_policy(model_path, dtype)
+        return (add_adapters(model, self.lora, self.seed) if self.lora else model), tokenizer
 
     def load_reference(self, model_path: str, dtype: str) -> torch.nn.Module:
         """A frozen copy of a policy: the fixed reference of a KL penalty or a DPO loss."""
@@ -125,8 +135,9 @@ class TrainingRun:
         extra_json: dict[str, dict] | None = None,
         summary: dict | None = None,
     ) -> None:
-        """Weights, tokenizer, metrics and manifest, atomically; then drop the checkpoints."""
+        """Weights (LoRA adapters merged in), tokenizer, metrics and manifest, atomically;
+        then drop the checkpoints."""
         save_trained_model(
-            self.out, model, tokenizer, metrics, self.provenance, self.checkpoints,
+            self.out, merged(model), tokenizer, metrics, self.provenance, self.checkpoints,
             extra_json=extra_json, summary=summary, state_dict=state_dict,
         )  # fmt: skip

@@ -286,6 +286,7 @@ def preference_train(
     """One round of a variant: its loss through the shared loop, from the previous policy."""
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import LoopSettings
+    from reasonrl.training.lora import LoraSettings
     from reasonrl.training.preference import (
         LOSSES,
         LossSettings,
@@ -297,7 +298,10 @@ def preference_train(
     section, seed = config["preference"]["train"], config["seed"]
     inputs = [model_path, data_dir] + ([reference_path] if reference_path else [])
     sections = {"variant": variant, "train": section}
-    run = TrainingRun("preference-train", out_dir, sections, inputs, seed, variant, section)
+    lora = LoraSettings.from_config(section["lora"], "preference.train.lora")
+    run = TrainingRun(
+        "preference-train", out_dir, sections, inputs, seed, variant, section, lora=lora
+    )
     rows = _training_rows(variant, data_dir)
     if not rows:
         raise ReasonRLError(f"{data_dir}: no training rows for variant '{variant_name}'")

@@ -10,6 +10,7 @@ from reasonrl.tasks import prompt_messages, solution_messages
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss
 from reasonrl.training.loop import LoopSettings
+from reasonrl.training.lora import LoraSettings
 from reasonrl.training.packed_attention import use_packed_attention
 
 
@@ -28,9 +29,9 @@ def sft(config: dict, style: str, model_path: str, train_files: list[str], out_d
     """Train on the gold solutions in `style`; write the HF folder, metrics and manifest."""
     section, seed = config["sft"], config["seed"]
     sections = {"sft": section, "policy": config["policy"]}
-    run = TrainingRun(
-        "sft", out_dir, sections, [model_path, *train_files], seed, section, style, seed
-    )
+    inputs = [model_path, *train_files]
+    lora = LoraSettings.from_config(section["lora"], "sft.lora")
+    run = TrainingRun("sft", out_dir, sections, inputs, seed, section, style, seed, lora=lora)
     model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
     problems = [row for path in train_files for row in read_jsonl(path, schema="problem")]
     samples = sft_samples(tokenizer, problems, style, section["max_length"])
