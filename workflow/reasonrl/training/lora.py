@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
 
 from reasonrl.errors import ReasonRLError
 
@@ -44,6 +43,10 @@ def add_adapters(model: torch.nn.Module, lora: LoraSettings, seed: int) -> torch
     from `seed`, not from whatever the global generator holds, so a run is reproducible."""
     if not lora.enabled:
         return model
+    # peft is imported only when adapters are asked for: environments that never train with
+    # LoRA (the vLLM one) do not carry it
+    from peft import LoraConfig, get_peft_model
+
     linears = {
         name.rsplit(".", 1)[-1]
         for name, module in model.named_modules()
@@ -75,5 +78,7 @@ def add_adapters(model: torch.nn.Module, lora: LoraSettings, seed: int) -> torch
 
 def merged(model: torch.nn.Module) -> torch.nn.Module:
     """The plain model with its adapters merged into the weights (a model without adapters
-    as it is)."""
-    return model.merge_and_unload() if isinstance(model, PeftModel) else model
+    as it is). Duck-typed on peft's merge_and_unload, so that a process that never added
+    adapters never imports peft."""
+    merge = getattr(model, "merge_and_unload", None)
+    return merge() if merge is not None else model
