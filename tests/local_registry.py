@@ -58,6 +58,9 @@ class LocalRegistry:
         return self
 
     def stop(self) -> None:
+        """Stops the registry and untags every local image named after it: each session's
+        pushed and pulled image is ~3 GB, and kept tags filled the CI machine's disk."""
+        self.remove_local_tags()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -65,6 +68,20 @@ class LocalRegistry:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    def remove_local_tags(self) -> list[str]:
+        """Untags the local Docker images named `<host>/...`; returns the tags removed."""
+        import docker
+
+        try:
+            client = docker.from_env(timeout=30)
+            images = client.images.list()
+        except docker.errors.DockerException:
+            return []  # no daemon, nothing tagged
+        tags = [tag for image in images for tag in image.tags if tag.startswith(f"{self.host}/")]
+        for tag in tags:
+            client.images.remove(tag)
+        return tags
 
     def _answers(self) -> bool:
         try:

@@ -333,9 +333,11 @@ def _docker_answers() -> bool:
 
 @pytest.fixture(scope="session")
 def docker_daemon():
-    """A Docker daemon that answers; started here (and stopped after) if none does."""
+    """A Docker daemon that answers; started here (and stopped after) if none does. The
+    session's dangling images are pruned after it."""
     if _docker_answers():
         yield
+        _prune_dangling_images()
         return
     dockerd = shutil.which("dockerd", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
     if dockerd is None or os.geteuid() != 0:
@@ -349,9 +351,18 @@ def docker_daemon():
             pytest.fail(f"dockerd did not come up; see {log.name}")
         time.sleep(0.5)
     yield
+    _prune_dangling_images()
     process.terminate()
     process.wait(timeout=30)
     log.close()
+
+
+def _prune_dangling_images() -> None:
+    """Untagged images are what a failed or superseded build leaves: gigabytes a session
+    would otherwise hand to the next one on the same disk."""
+    import docker
+
+    docker.from_env(timeout=60).images.prune(filters={"dangling": True})
 
 
 @pytest.fixture(scope="session")
@@ -477,6 +488,19 @@ def pulled_cpu_image(published_cpu_image) -> StageImage:
     assert pulled.id == image.image_id  # the same image config, so the same image id
     assert image.pinned in pulled.attrs["RepoDigests"]
     return image
+
+
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_stopping_the_registry_untags_its_images_and_keeps_the_others(cpu_image, tmp_path):
+    import docker
+
+    client = docker.from_env()
+    image_id = load_lock(cpu_image).images["cpu"]["image_id"]
+    registry = LocalRegistry(tmp_path).start()
+    client.images.get(image_id).tag(f"{registry.host}/reasonrl/probe", "1")
+    registry.stop()
+    assert not [t for i in client.images.list() for t in i.tags if t.startswith(registry.host)]
+    assert client.images.get(image_id).id == image_id
 
 
 def test_publish_of_a_gpu_image_not_built_here_says_how_to_build_it():
