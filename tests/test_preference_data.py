@@ -148,6 +148,20 @@ def test_round_splits_are_disjoint_and_keep_variants_with_their_source(arith_pro
         aug.split_rounds(rows[:30], 3, 20, 10, seed=0)
 
 
+def test_a_round_the_pool_cannot_fill_is_warned_about(arith_problems, caplog):
+    train, _ = arith_problems  # 80 questions: 10 for selection, 30 + 30 + 10 for the rounds
+    rows = [r for r in aug.augment(train, SETTINGS, seed=0) if _original(r)]
+    with caplog.at_level("WARNING", logger="reasonrl.preference.augment"):
+        rounds, _ = aug.split_rounds(rows, 3, 30, 10, seed=0)
+    assert [len(r) for r in rounds] == [30, 30, 10]
+    assert [r.getMessage()[:24] for r in caplog.records] == ["round 3 gets 10 prompts,"]
+    assert "preference.prompts.per_round = 30" in caplog.records[0].getMessage()
+
+
+def _original(row: dict) -> bool:
+    return row["meta"]["augmentation"] == "original"
+
+
 # ---- labelling ----------------------------------------------------------------------------
 
 PROMPT = [{"role": "user", "content": "q"}]

@@ -11,6 +11,7 @@ selection set. Augmented prompts stay in the split of the question they came fro
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import re
 from collections import defaultdict
@@ -20,6 +21,8 @@ import numpy as np
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.tasks import arith
+
+log = logging.getLogger(__name__)
 
 WORD = re.compile(r"[a-z0-9]+")
 NUMBER = re.compile(r"\d+")
@@ -377,7 +380,19 @@ def split_rounds(
             f"not enough augmented prompts for {rounds} rounds after {selection_size} "
             "selection questions; lower preference.prompts.selection_size or raise train_size"
         )
+    _warn_short_rounds(prompts_of, per_round)
     return prompts_of, selection
+
+
+def _warn_short_rounds(prompts_of: list[list[dict]], per_round: int) -> None:
+    """A round with fewer prompts than asked learns from fewer pairs: said, not hidden."""
+    for index, prompts in enumerate(prompts_of, start=1):
+        if per_round and len(prompts) < per_round:
+            log.warning(
+                "round %d gets %d prompts, not preference.prompts.per_round = %d: the pool "
+                "ran out; raise its size or lower per_round",
+                index, len(prompts), per_round,
+            )  # fmt: skip
 
 
 def _is_original(row: dict) -> bool:
