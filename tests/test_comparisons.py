@@ -70,6 +70,23 @@ def test_compare_uses_signed_rank_for_real_scores():
     assert row["ci_low"] == pytest.approx(0.5) and row["ci_high"] == pytest.approx(0.5)
 
 
+def test_noninferiority_tests_the_shifted_null_one_sided():
+    # b solves 200 of 400; a loses 4 of them (diff -0.01): within a 0.03 margin, shown;
+    # losing 20 (diff -0.05) is beyond it; margin 0 keeps the two-sided McNemar test.
+    b = np.array([1] * 200 + [0] * 200)
+    close, far = b.copy(), b.copy()
+    close[:4], far[:20] = 0, 0
+    row = compare("easy", "greedy_pass@1", "x", "y", _scores(close), _scores(b), margin=0.03)
+    assert row["test"] == "noninferiority_paired_t" and row["margin"] == 0.03
+    assert row["diff"] == pytest.approx(-0.01) and row["ci_low"] > -0.03
+    assert row["p"] < 1e-3
+    assert compare("easy", "m", "x", "y", _scores(far), _scores(b), margin=0.03)["p"] > 0.5
+    plain = compare("easy", "m", "x", "y", _scores(close), _scores(b))
+    assert plain["test"] == "mcnemar_exact" and "margin" not in plain
+    same = compare("easy", "m", "x", "y", _scores(b), _scores(b), margin=0.03)
+    assert same["p"] == 0.0  # no spread: a - b = 0 > -0.03 for every problem
+
+
 def test_arms_on_different_problems_are_refused():
     with pytest.raises(ReasonRLError, match="comparison 'c'.*different problems.*'p001'"):
         compare("c", "m", "x", "y", {"p000": 1.0, "p001": 0.0}, {"p000": 1.0})
@@ -170,6 +187,31 @@ def test_report_resolves_the_selected_round_and_writes_the_comparisons(tmp_path)
     assert (out / "comparisons.csv").read_text().startswith("name,metric,a,b,n,")
     index = (out / "index.md").read_text()
     assert "mdpo_vs_sft" in index and "comparisons.png" in index
+
+
+def test_report_states_a_noninferiority_verdict(tmp_path):
+    import json
+
+    from reasonrl.cli import main
+
+    sft = _trajectories(tmp_path / "sft.jsonl", [True] * 200 + [False] * 200)
+    round1 = _trajectories(tmp_path / "r1.jsonl", [False] * 4 + [True] * 196 + [False] * 200)
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(
+        json.dumps({"policy": "sft-tool", "task": "arith", "greedy_pass@1": 0.5,
+                    "greedy_pass@1_ci": [0.45, 0.55], "n_problems": 400})
+    )  # fmt: skip
+    declared = {"name": "easy_cost", "a": "mdpo-round1", "b": "sft-tool", "task": "arith"}
+    config = {"comparisons": {"declared": [{**declared, "margin": 0.03}]}}
+    out = tmp_path / "report"
+    main(
+        ["report", "--config-json", json.dumps(config), "--metrics", str(metrics),
+         "--arm", f"sft-tool={sft}", "--arm", f"mdpo-round1={round1}", "--out-dir", str(out)]
+    )  # fmt: skip
+    [row] = json.loads((out / "comparisons.json").read_text())
+    assert row["margin"] == 0.03 and row["p_holm"] < 0.05
+    assert "a >= b - 0.03" in (out / "comparisons.md").read_text()
+    assert ",0.03,noninferiority_paired_t," in (out / "comparisons.csv").read_text()
 
 
 def test_declared_arm_the_config_does_not_evaluate_is_one_line():

@@ -7,6 +7,10 @@ aligned by problem id, and compared on the difference `a - b`:
   the correlation between the arms narrows the interval, unlike two separate CIs);
 - a p-value: the exact McNemar test (binomial on the discordant pairs, statsmodels) for 0/1
   scores, the Wilcoxon signed-rank test (scipy) for real-valued ones;
+- with a non-inferiority margin m > 0 (a claim that a costs b at most m, e.g. a method's price
+  on the band it was not trained for), the one-sided paired t-test of H0: mean(a - b) <= -m
+  (scipy) instead: the large-sample test on the per-problem differences, which the exact
+  McNemar test has no shifted form of;
 - Holm's step-down correction over every comparison declared in the config (statsmodels);
 - the exact power of McNemar's test at the observed discordance, which a null result reports
   beside its CI so a reader can tell "no effect" from "too few problems to see one".
@@ -106,13 +110,31 @@ def mcnemar_power(n: int, p_a_only: float, p_b_only: float, alpha: float = 0.05)
     return float(power)
 
 
-def compare(name: str, metric: str, a: str, b: str, scores_a: Mapping, scores_b: Mapping) -> dict:
+def noninferiority_p(a: np.ndarray, b: np.ndarray, margin: float) -> float:
+    """One-sided p of H0: mean(a - b) <= -margin, by the paired t-test on the differences."""
+    diff = a - b
+    if np.ptp(diff) == 0:  # no spread: the t statistic is undefined, the verdict is not
+        return 0.0 if diff[0] > -margin else 1.0
+    return float(stats.ttest_1samp(diff, -margin, alternative="greater").pvalue)
+
+
+def compare(
+    name: str,
+    metric: str,
+    a: str,
+    b: str,
+    scores_a: Mapping,
+    scores_b: Mapping,
+    margin: float = 0.0,
+) -> dict:
     """One comparison row (before Holm): the arms' means, mean difference a - b, its paired
-    bootstrap CI, the p-value of the matching paired test, and McNemar's power at the observed
-    discordance for 0/1 scores."""
+    bootstrap CI, the p-value of the matching paired test (of non-inferiority by `margin` when
+    it is above 0), and McNemar's power at the observed discordance for 0/1 scores."""
     _, values_a, values_b = paired_scores(scores_a, scores_b, name)
     low, high = paired_bootstrap_ci(values_a, values_b)
     binary = is_binary(values_a) and is_binary(values_b)
+    if margin > 0:
+        return _noninferiority_row(name, metric, a, b, values_a, values_b, margin, (low, high))
     row: dict[str, Any] = {
         "name": name,
         "metric": metric,
@@ -134,6 +156,33 @@ def compare(name: str, metric: str, a: str, b: str, scores_a: Mapping, scores_b:
             float(((values_a == 0) & (values_b == 1)).mean()),
         )
     return row
+
+
+def _noninferiority_row(
+    name: str,
+    metric: str,
+    a: str,
+    b: str,
+    values_a: np.ndarray,
+    values_b: np.ndarray,
+    margin: float,
+    ci: tuple[float, float],
+) -> dict:
+    return {
+        "name": name,
+        "metric": metric,
+        "a": a,
+        "b": b,
+        "n": len(values_a),
+        "value_a": float(values_a.mean()),
+        "value_b": float(values_b.mean()),
+        "diff": float((values_a - values_b).mean()),
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "margin": margin,
+        "test": "noninferiority_paired_t",
+        "p": noninferiority_p(values_a, values_b, margin),
+    }
 
 
 def holm(rows: Sequence[dict], alpha: float = 0.05) -> list[dict]:
@@ -181,6 +230,7 @@ def run_declared(
                 label_b,
                 greedy_correct(path_a),
                 greedy_correct(path_b),
+                comparison.get("margin", 0.0),
             )
         )
     return holm(rows, alpha)

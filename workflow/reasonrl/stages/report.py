@@ -101,7 +101,7 @@ def _calibration_table(calibration: dict) -> str:
 
 COMPARISON_COLUMNS = [
     "name", "metric", "a", "b", "n", "value_a", "value_b", "diff", "ci_low", "ci_high",
-    "test", "p", "p_holm", "power",
+    "margin", "test", "p", "p_holm", "power",
 ]  # fmt: skip
 
 
@@ -128,6 +128,9 @@ def _write_comparisons(rows: list[dict], out: Path, alpha: float) -> str:
 
 
 def _verdict(row: dict, alpha: float) -> str:
+    if "margin" in row:
+        shown = row["ci_low"] > -row["margin"] and row["p_holm"] < alpha
+        return f"a >= b - {row['margin']:g}" if shown else "non-inferiority not shown"
     if row["ci_low"] > 0 and row["p_holm"] < alpha:
         return "a > b"
     if row["ci_high"] < 0 and row["p_holm"] < alpha:
@@ -143,6 +146,9 @@ def _forest_figure(rows: list[dict]) -> Figure:
     errors = np.array([[r["diff"] - r["ci_low"], r["ci_high"] - r["diff"]] for r in rows]).T
     axes.errorbar(diffs, positions, xerr=errors, fmt="o", capsize=4)
     axes.axvline(0, color="grey", linewidth=1)
+    for position, row in zip(positions, rows, strict=True):
+        if "margin" in row:  # the non-inferiority bound the CI has to clear
+            axes.plot([-row["margin"]] * 2, [position - 0.3, position + 0.3], "r-")
     axes.set_yticks(positions, [f"{r['name']}\np_holm={r['p_holm']:.3g}" for r in rows])
     axes.set_xlabel("difference a - b (paired bootstrap 95% CI)")
     figure.tight_layout()
