@@ -173,7 +173,9 @@ def test_a_target_module_the_policy_lacks_is_one_line_naming_it(tiny_policy):
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("section", ["sft", "preference.train"])
+@pytest.mark.parametrize(
+    "section", ["sft", "preference.train", "reward_models.train", "ppo", "online_dpo"]
+)
 def test_a_bad_lora_key_is_one_line_naming_it(section):
     raw: dict = {"lora": {"rank": 4}}
     for part in reversed(section.split(".")):

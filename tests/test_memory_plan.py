@@ -346,7 +346,36 @@ def test_a_sections_lora_reaches_the_plan():
         assert attention_only[rule].optimizer == pytest.approx(12 * q_v / zero3), rule
 
 
+@pytest.mark.parametrize(
+    ("recipe", "rules"),
+    [
+        ("gpu-pfppo-deepseek-coder-6.7b.yaml", {"train_reward_model", "ppo"}),
+        ("gpu-async-dpo-rho-1b.yaml", {"online_dpo"}),
+    ],
+)
+def test_the_rm_ppo_and_online_lora_reaches_the_plan(recipe, rules):
+    """reward_models.train.lora, ppo.lora (the policy and a separate critic's trunk) and
+    online_dpo.lora: adapters' gradients and optimizer states only, as the stages train."""
+    config = load_workflow_config([str(REPO / "config" / recipe)])
+    placements = {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES}
+    full = {p.rule: p for p in mp.plan_config(config, placements)}
+    for section in (config["reward_models"]["train"], config["ppo"], config["online_dpo"]):
+        section["lora"] = {**section["lora"], "r": 16}
+    lora = {p.rule: p for p in mp.plan_config(config, placements)}
+    assert rules <= full.keys()
+    for rule in rules:  # r 16 adapters: 1.1% of the 1B policy's parameters, less of 6.7B's
+        assert lora[rule].optimizer < 0.02 * full[rule].optimizer, rule
+        assert lora[rule].grads < 0.02 * full[rule].grads, rule
+
+
 def test_the_plans_default_lora_targets_are_the_schemas():
     config = validate_config({})
-    for section in (config["sft"], config["preference"]["train"]):
+    sections = (
+        config["sft"],
+        config["preference"]["train"],
+        config["reward_models"]["train"],
+        config["ppo"],
+        config["online_dpo"],
+    )
+    for section in sections:
         assert tuple(section["lora"]["target_modules"]) == mp.LORA_TARGETS

@@ -346,6 +346,45 @@ def test_lora_reaches_the_training_rules_and_full_fine_tuning_keeps_their_params
     assert lora["preference_train"]["preference"]["train"]["lora"]["alpha"] == 8
 
 
+def test_lora_reaches_the_rm_ppo_and_online_rules_and_full_fine_tuning_keeps_every_param(
+    snakemake, tmp_path
+):
+    """reward_models.train.lora, ppo.lora and online_dpo.lora reach their stages; r 0 leaves
+    them out of the params of every rule that reads those sections (RM data, best-of-N, R^2
+    too), so a config from before LoRA reruns nothing."""
+    methods = tmp_path / "methods.yaml"
+    methods.write_text(
+        "ppo: {variants: [{name: m, filter: ppo-m}]}\nonline_dpo: {variants: [{name: a}]}\n"
+    )
+    extra = tmp_path / "lora.yaml"
+    extra.write_text(
+        "reward_models: {train: {lora: {r: 8}}}\nppo: {lora: {r: 4}}\nonline_dpo: {lora: {r: 2}}\n"
+    )
+    sections = {"reward_models": ("train",), "ppo": (), "online_dpo": ()}
+
+    def configs(*files) -> list[tuple[str, dict]]:
+        result = snakemake("-n", "-p", "--configfile", "config/config.yaml", *map(str, files))
+        jobs = dry_run_jobs(result)
+        return [(j["rule"], cli_config(j)) for j in jobs if "--config-json" in j.get("shell", "")]
+
+    def lora(config: dict, section: str) -> dict | None:
+        for key in (section, *sections[section]):
+            config = config[key]
+        return config.get("lora")
+
+    readers = [(rule, s, config) for rule, config in configs(methods) for s in sections]
+    readers = [reader for reader in readers if reader[1] in reader[2]]
+    assert {rule for rule, _, _ in readers} >= {
+        "sample_rm_data", "train_reward_model", "best_of_n", "ppo_r2", "ppo", "online_dpo"
+    }  # fmt: skip
+    for rule, section, config in readers:
+        assert lora(config, section) is None, (rule, section)
+    with_lora = dict(configs(methods, extra))
+    assert lora(with_lora["train_reward_model"], "reward_models")["r"] == 8
+    assert lora(with_lora["ppo"], "ppo")["r"] == 4
+    assert lora(with_lora["online_dpo"], "online_dpo")["r"] == 2
+
+
 def test_calibration_runs_between_sft_and_the_methods_when_a_frontier_is_set(snakemake, tmp_path):
     extra = tmp_path / "frontier.yaml"
     extra.write_text(

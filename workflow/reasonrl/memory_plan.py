@@ -405,8 +405,10 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     if not ppo["variants"]:
         return []
     rows, length = ppo["batch_size"], ppo["max_length"]
-    # PPO trains in the policy's dtype (no precision key), generates with the HF engine.
-    trained = [Trained("bf16" if _dtype_bytes(config) == 2 else "fp32", rows, length)]
+    # PPO trains in the policy's dtype (no precision key), generates with the HF engine;
+    # under ppo.lora a separate critic's trunk has adapters as the policy has.
+    precision = "bf16" if _dtype_bytes(config) == 2 else "fp32"
+    trained = [replace(_trained(ppo, rows, length), precision=precision)]
     if ppo["critic"] == "separate":
         trained.append(trained[0])
     rm = int(ppo["reward"] != "oracle")

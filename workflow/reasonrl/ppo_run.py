@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,15 +134,26 @@ ITERATION_KEYS = (
 class PPORun:
     """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts.
 
-    `models`: the SFT policy, its tokenizer and a frozen copy of it (the reference)."""
+    `models`: the SFT policy (with its LoRA adapters where the run has them), its tokenizer
+    and a frozen copy of it (the reference); `adapt` puts the run's adapters on a separate
+    critic's trunk (PolicyCritic)."""
 
-    def __init__(self, config: dict, variant: Variant, models, reward_model, problems, ckpt):
+    def __init__(
+        self,
+        config: dict,
+        variant: Variant,
+        models,
+        reward_model,
+        problems,
+        ckpt,
+        adapt: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+    ):
         self.config, self.variant = config, variant
         self.section, self.seed = config["ppo"], config["seed"]
         policy, self.tokenizer, self.reference = models
         torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
         s = self.section
-        self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"])
+        self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"], adapt)
         dtype = config["policy"]["dtype"]
         self.scorer = SequenceScorer(s["reward"], reward_model, dtype, "ppo.reward")
         held = s["heldout_prompts"]

@@ -59,7 +59,7 @@ def config_json(*sections, task=None):
     """
     reduced = {"seed": config["seed"]}
     for section in sections:
-        reduced[section] = config[section]
+        reduced[section] = params_section(section)
     if task is not None and "tasks" in reduced:
         reduced["tasks"] = {task: config["tasks"][task]}
     return shlex.quote(json.dumps(reduced, sort_keys=True))
@@ -135,6 +135,18 @@ def without_full_fine_tuning(section):
     if section["lora"]["r"]:
         return section
     return {key: value for key, value in section.items() if key != "lora"}
+
+
+def params_section(name):
+    """The config section `name` as it goes into params, less the lora setting of a training
+    section in it where r is 0 (without_full_fine_tuning), so that every rule reading the
+    section (reward-model data, best-of-N, PPO's R^2 too) keeps its params."""
+    section = config[name]
+    if name in ("sft", "ppo", "online_dpo"):
+        return without_full_fine_tuning(section)
+    if name == "reward_models":
+        return {**section, "train": without_full_fine_tuning(section["train"])}
+    return section
 
 
 def sft_config_json(wildcards):

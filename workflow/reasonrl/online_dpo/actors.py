@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from reasonrl.errors import ReasonRLError
+from reasonrl.training.lora import merged_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +254,9 @@ class GeneratorProcess:
         return self.process.pid
 
     def push(self, version: int, model: torch.nn.Module) -> None:
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        """Send `model`'s weights as version `version`: a LoRA policy's merged into the plain
+        model's (the generator's engine is a plain model), the policy itself unchanged."""
+        state = {k: v.detach().clone() for k, v in merged_state_dict(model).items()}
         self.weights.put((version, state))
 
     def next_round(self) -> dict:

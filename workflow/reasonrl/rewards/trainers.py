@@ -2,14 +2,16 @@
 
 BT: a scalar head on the SFT policy, Bradley-Terry loss on preference pairs. ORM / PRM: the
 policy answers "+"/"-" (or "~") after the solution / after each step, the masked LM loss on
-those answers. Each returns (model, tokenizer, loop result, info, held-out metrics); `fit` is
-the stage's loop call (stages._train.TrainingRun.fit), so checkpoints and resume are its.
+those answers. Each returns (model, tokenizer, loop result, info, held-out metrics); `run` is
+the stage's TrainingRun (stages._train): its loop call, so checkpoints and resume are its, and
+its LoRA adapters (the section's `lora`), with the BT model's fresh score head trained in full.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from transformers import AutoModelForSequenceClassification
@@ -38,8 +40,18 @@ from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
 log = logging.getLogger(__name__)
 
-# fit(model, batches, loss_fn, settings) -> the loop's result
-Fit = Callable[..., dict]
+
+class Run(Protocol):
+    """What a trainer needs of the stage's TrainingRun."""
+
+    def fit(self, model: torch.nn.Module, batches, loss_fn, settings: LoopSettings) -> dict:
+        """The shared loop's result (history, model, ...)."""
+
+    def adapt(
+        self, model: torch.nn.Module, task: str = ..., trainable: tuple[str, ...] = ...
+    ) -> torch.nn.Module:
+        """`model` with the run's LoRA adapters, `trainable` trained in full; as it is
+        without LoRA."""
 
 
 def loop_settings(section: dict, seed: int) -> LoopSettings:
@@ -49,7 +61,7 @@ def loop_settings(section: dict, seed: int) -> LoopSettings:
     )
 
 
-def train_bt(config, model_path, problems, train_rows, held_rows, fit: Fit):
+def train_bt(config, model_path, problems, train_rows, held_rows, run: Run):
     section, seed = config["reward_models"], config["seed"]
     tokenizer = load_tokenizer(model_path)
     torch.manual_seed(seed)  # the scalar head is initialised afresh: seeded, so reruns agree
@@ -60,6 +72,7 @@ def train_bt(config, model_path, problems, train_rows, held_rows, fit: Fit):
         dtype=DTYPES[config["policy"]["dtype"]],
     )
     model.config.pad_token_id = tokenizer.pad_token_id
+    model = run.adapt(model, "SEQ_CLS", trainable=("score",))  # the head learns from scratch
     max_length = section["train"]["max_length"]
 
     def encode(messages: list[dict]) -> list[int]:
@@ -75,7 +88,7 @@ def train_bt(config, model_path, problems, train_rows, held_rows, fit: Fit):
             tokenizer.pad_token_id,
             seed,
         )
-        result = fit(model, batches, bradley_terry_loss, loop_settings(section, seed))
+        result = run.fit(model, batches, bradley_terry_loss, loop_settings(section, seed))
     else:
         # Every prompt's farthest pair was a tie (e.g. a policy that never solves anything):
         # no preference to learn. The untrained head is still written, and the metrics say
@@ -94,20 +107,21 @@ def train_bt(config, model_path, problems, train_rows, held_rows, fit: Fit):
 
 
 def _train_label_model(
-    config, model_path, encode: Callable[[object, int], list[TokenizedChat]], fit: Fit
+    config, model_path, encode: Callable[[object, int], list[TokenizedChat]], run: Run
 ):
     """Train the policy on the examples `encode(tokenizer, max_length)` makes."""
     section, seed = config["reward_models"], config["seed"]
     model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
+    model = run.adapt(model)
     samples = encode(tokenizer, section["train"]["max_length"])
     batches = MicroBatches(
         samples, section["train"]["batch_size"], tokenizer.pad_token_id, seed, False, 0
     )
-    result = fit(model, batches, masked_lm_loss, loop_settings(section, seed))
+    result = run.fit(model, batches, masked_lm_loss, loop_settings(section, seed))
     return result["model"].eval(), tokenizer, result
 
 
-def train_orm(config, model_path, problems, train_rows, held_rows, fit: Fit):
+def train_orm(config, model_path, problems, train_rows, held_rows, run: Run):
     section = config["reward_models"]
     train_examples = orm_rows(problems, train_rows, section)
     chats = [orm_messages(e["question"], e["steps"], e["label"]) for e in train_examples]
@@ -115,7 +129,7 @@ def train_orm(config, model_path, problems, train_rows, held_rows, fit: Fit):
     def encode(tokenizer, max_length: int) -> list[TokenizedChat]:
         return [label_only_chat(tokenizer, m, max_length) for m in chats]
 
-    model, tokenizer, result = _train_label_model(config, model_path, encode, fit)
+    model, tokenizer, result = _train_label_model(config, model_path, encode, run)
     held = orm_rows(problems, held_rows, section)
     heldout = {"solutions": len(held), "accuracy": None}
     if held:
@@ -134,7 +148,7 @@ def train_orm(config, model_path, problems, train_rows, held_rows, fit: Fit):
     return model, tokenizer, result, info, heldout
 
 
-def train_prm(config, model_path, problems, train_rows, held_rows, fit: Fit):
+def train_prm(config, model_path, problems, train_rows, held_rows, run: Run):
     labels = prm_label_set(train_rows + held_rows)
 
     def encode(tokenizer, max_length: int) -> list[TokenizedChat]:
@@ -143,7 +157,7 @@ def train_prm(config, model_path, problems, train_rows, held_rows, fit: Fit):
             for r in train_rows
         ]
 
-    model, tokenizer, result = _train_label_model(config, model_path, encode, fit)
+    model, tokenizer, result = _train_label_model(config, model_path, encode, run)
     heldout = {"steps": 0, "per_label": None}
     if held_rows:
         heldout = prm_step_metrics(model, tokenizer, held_rows, labels)

@@ -69,7 +69,14 @@ class TrainingRun:
         """The causal LM the run trains, on this process's device, and its tokenizer; with
         LoRA adapters (only they train) when the run has them."""
         model, tokenizer = load_policy(model_path, dtype)
-        return (add_adapters(model, self.lora, self.seed) if self.lora else model), tokenizer
+        return self.adapt(model), tokenizer
+
+    def adapt(
+        self, model: torch.nn.Module, task: str = "CAUSAL_LM", trainable: tuple[str, ...] = ()
+    ) -> torch.nn.Module:
+        """`model` with the run's LoRA adapters, its `trainable` modules (a fresh head) trained
+        in full beside them (training.lora.add_adapters); as it is without LoRA."""
+        return add_adapters(model, self.lora, self.seed, task, trainable) if self.lora else model
 
     def load_reference(self, model_path: str, dtype: str) -> torch.nn.Module:
         """A frozen copy of a policy: the fixed reference of a KL penalty or a DPO loss."""

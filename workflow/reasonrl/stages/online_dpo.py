@@ -45,6 +45,7 @@ def online_dpo(
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import LoopSettings
+    from reasonrl.training.lora import LoraSettings
     from reasonrl.training.online_dpo import OnlineObjective
     from reasonrl.training.ppo import PolicyCritic
 
@@ -54,7 +55,10 @@ def online_dpo(
     SequenceScorer.check(section["reward"], reward_model, "online_dpo.reward")
     inputs = [model_path, train_path] + ([reward_model] if reward_model else [])
     settings = {"online_dpo": section, **sections}
-    run = TrainingRun("online-dpo", out_dir, settings, inputs, config["seed"], section, sections)
+    lora = LoraSettings.from_config(section["lora"], "online_dpo.lora")
+    run = TrainingRun(
+        "online-dpo", out_dir, settings, inputs, config["seed"], section, sections, lora=lora
+    )
     schedule = Schedule(section["steps"], section["off_policy"], section["mode"] == "async")
     # Generator and learner get half the cores each in both modes (sync: they take turns), so
     # the speedup measures the overlap alone. Sync with every thread in each phase was

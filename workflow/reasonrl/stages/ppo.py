@@ -5,6 +5,7 @@ Table 1 and Figure 1) and the table of variants (Tables 3 and 4)."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -32,6 +33,7 @@ from reasonrl.sandbox import Sandbox
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tables import frame, write_table
 from reasonrl.training.loop import LoopSettings
+from reasonrl.training.lora import LoraSettings
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,10 @@ def ppo(
     variant = find_variant(section, variant_name)
     inputs = [model_path, problems_path] + ([reward_model] if reward_model else [])
     sections = {"ppo": section, "policy": config["policy"]}
-    run = TrainingRun("ppo", out_dir, sections, inputs, seed, variant_name, section, seed)
+    lora = LoraSettings.from_config(section["lora"], "ppo.lora")
+    run = TrainingRun(
+        "ppo", out_dir, sections, inputs, seed, variant_name, section, seed, lora=lora
+    )
     problems = read_jsonl(problems_path, schema="problem")
     if not problems:
         raise ReasonRLError(f"{problems_path}: no problems to train on")
@@ -57,7 +62,10 @@ def ppo(
     policy, tokenizer = run.load_policy(model_path, dtype)
     reference = run.load_reference(model_path, dtype)
     models = (policy, tokenizer, reference)
-    ppo_run = PPORun(config, variant, models, reward_model, problems, run.checkpoints.folder)
+    critic_adapters = partial(run.adapt, task="FEATURE_EXTRACTION")  # a bare trunk
+    ppo_run = PPORun(
+        config, variant, models, reward_model, problems, run.checkpoints.folder, critic_adapters
+    )
     per = ppo_run.steps_per_iteration
     settings = LoopSettings(
         max_steps=section["iterations"] * per,

@@ -41,6 +41,7 @@ from reasonrl.tables import frame, markdown
 from reasonrl.tasks import is_code_task
 from reasonrl.tasks.grading import extract_answer, normalize_answer
 from reasonrl.tool_steps import ToolStepModel
+from reasonrl.training.lora import LoraSettings
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,10 @@ def train_reward_model(
     section, seed = config["reward_models"], config["seed"]
     sections = {"reward_models": section, "policy": config["policy"]}
     inputs = [model_path, problems_path, data_path]
-    run = TrainingRun("train-reward-model", out_dir, sections, inputs, seed, kind, section, seed)
+    lora = LoraSettings.from_config(section["train"]["lora"], "reward_models.train.lora")
+    run = TrainingRun(
+        "train-reward-model", out_dir, sections, inputs, seed, kind, section, seed, lora=lora
+    )
     problems = {p["id"]: p for p in read_jsonl(problems_path, schema="problem")}
     schema = "prm_steps" if kind == "prm" else "trajectory"
     data = read_jsonl(data_path, schema=schema)
@@ -231,7 +235,7 @@ def train_reward_model(
     train_rows, held_rows = heldout_split(data, section["heldout_fraction"], seed)
     trainer = TRAINERS[kind]
     model, tokenizer, result, info, heldout = trainer(
-        config, model_path, problems, train_rows, held_rows, run.fit
+        config, model_path, problems, train_rows, held_rows, run
     )
     metrics = run.metrics(result, {"kind": kind}, {"heldout": heldout, **info})
     info_json = {"kind": kind, **{k: v for k, v in info.items() if k == "labels"}}

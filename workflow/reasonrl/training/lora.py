@@ -3,7 +3,8 @@
 A training section's `lora` setting with r > 0 freezes the policy and trains low-rank
 adapters on its target linears (Hu et al. 2021); r 0 is full fine-tuning. The saved folder
 is the plain Hugging Face model with the adapters merged into its weights, so every later
-rule loads it as it loads any policy.
+rule loads it as it loads any policy. A model with a head of its own (a reward model's score,
+a critic's trunk) names the task and the modules that train in full beside the adapters.
 """
 
 from __future__ import annotations
@@ -37,10 +38,19 @@ class LoraSettings:
         return self.r > 0
 
 
-def add_adapters(model: torch.nn.Module, lora: LoraSettings, seed: int) -> torch.nn.Module:
+def add_adapters(
+    model: torch.nn.Module,
+    lora: LoraSettings,
+    seed: int,
+    task: str = "CAUSAL_LM",
+    trainable: tuple[str, ...] = (),
+) -> torch.nn.Module:
     """`model` with trainable LoRA adapters on its target linears and every other weight
-    frozen; unchanged when `lora` is off. The adapters' random start (A; B is zero) is drawn
-    from `seed`, not from whatever the global generator holds, so a run is reproducible."""
+    frozen but the `trainable` modules (a freshly initialised head: peft's modules_to_save
+    trains a full copy of each); unchanged when `lora` is off. `task`: peft's task type of
+    the model (CAUSAL_LM, SEQ_CLS, FEATURE_EXTRACTION for a bare trunk). The adapters' random
+    start (A; B is zero) is drawn from `seed`, not from whatever the global generator holds,
+    so a run is reproducible."""
     if not lora.enabled:
         return model
     # peft is imported only when adapters are asked for: environments that never train with
@@ -63,7 +73,8 @@ def add_adapters(model: torch.nn.Module, lora: LoraSettings, seed: int) -> torch
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules),
-        task_type="CAUSAL_LM",
+        task_type=task,
+        modules_to_save=list(trainable) or None,
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -82,3 +93,27 @@ def merged(model: torch.nn.Module) -> torch.nn.Module:
     adapters never imports peft."""
     merge = getattr(model, "merge_and_unload", None)
     return merge() if merge is not None else model
+
+
+@torch.no_grad()
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights merged(model) would hold, keyed as in the plain model, with `model` left
+    as it is: an online trainer sends them to its generator between steps. Each adapted
+    linear is base + (alpha / r) B A (peft's own delta, so the sums are merge_and_unload's),
+    a modules_to_save copy stands for its original; a model without adapters gives its own
+    state dict."""
+    if not hasattr(model, "merge_and_unload"):
+        return model.state_dict()
+    base = model.get_base_model()
+    deltas = {
+        f"{name}.base_layer.weight": module.get_delta_weight(module.active_adapters[0])
+        for name, module in base.named_modules()
+        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")
+    }
+    state = {}
+    for key, value in base.state_dict().items():
+        if ".lora_" in key or ".original_module." in key:
+            continue
+        plain = key.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+        state[plain] = value + deltas[key] if key in deltas else value
+    return state

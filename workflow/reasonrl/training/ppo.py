@@ -15,6 +15,7 @@ the prefix up to j, so log pi(token j+1), V(prefix up to j) and the action mask 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,7 @@ from transformers import AutoModel
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.sequences import action_logps
+from reasonrl.training.lora import merged_state_dict
 
 CRITIC_KINDS = ("separate", "shared")
 
@@ -132,18 +134,31 @@ class PolicyCritic(nn.Module):
 
     critic="separate": the value head sits on its own copy of the SFT model (the paper's
     setup); critic="shared": on the policy's last hidden states (half the memory).
-    The policy and the critic get their own learning rates (optimizer_groups).
+    The policy and the critic get their own learning rates (optimizer_groups). Under LoRA the
+    policy comes with its adapters and `adapt` puts the run's on the separate critic's trunk
+    (a copy of the policy's merged weights); the value head, new, always trains in full.
     """
 
-    def __init__(self, policy: nn.Module, critic: str, policy_lr: float, critic_lr: float):
+    def __init__(
+        self,
+        policy: nn.Module,
+        critic: str,
+        policy_lr: float,
+        critic_lr: float,
+        adapt: Callable[[nn.Module], nn.Module] | None = None,
+    ):
         super().__init__()
         if critic not in CRITIC_KINDS:
             raise ReasonRLError(f"unknown critic {critic!r} (expected one of {CRITIC_KINDS})")
         self.policy = policy
         self.critic_trunk = None
         if critic == "separate":
-            self.critic_trunk = AutoModel.from_config(policy.config)
-            self.critic_trunk.load_state_dict(policy.model.state_dict())
+            trunk = AutoModel.from_config(policy.config)
+            weights = merged_state_dict(policy)  # the plain model's keys, adapters or not
+            trunk.load_state_dict(
+                {k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")}
+            )
+            self.critic_trunk = adapt(trunk) if adapt else trunk
         self.value_head = nn.Linear(policy.config.hidden_size, 1)
         nn.init.normal_(self.value_head.weight, std=1.0 / (policy.config.hidden_size + 1))
         nn.init.zeros_(self.value_head.bias)

@@ -1,0 +1,232 @@
+"""LoRA in the reward-model, PPO and online DPO trainers: only the adapters (and a fresh head:
+the BT score, PPO's value head) train, the saved folder is a plain Hugging Face model whose
+frozen weights are the start's, and an online learner sends its generator the merged weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import test_online_dpo
+import test_rewards
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from reasonrl.config import validate_config
+from reasonrl.io import write_jsonl
+from reasonrl.models import DTYPES, from_pretrained, load_policy, load_tokenizer
+from reasonrl.online_dpo.actors import GeneratorProcess
+from reasonrl.rewards.models import INFO_FILE, load_reward_model
+from reasonrl.stages._train import TrainingRun
+from reasonrl.stages.online_dpo import online_dpo as run_online
+from reasonrl.stages.ppo import ppo as run_ppo
+from reasonrl.stages.reward_models import train_reward_model
+from reasonrl.tasks import build_problems
+from reasonrl.training.lora import LoraSettings, add_adapters, merged, merged_state_dict
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# The trainers' own tests' fixtures: their data and a tiny policy that knows its text.
+rm_inputs = test_rewards.rm_inputs
+online_setup = test_online_dpo.online_setup
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA = {"r": 4, "alpha": 8}
+ROLLOUT = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
+
+
+def _adapted(key: str) -> bool:
+    return any(f".{name}." in key for name in TARGETS)
+
+
+def _check_folder(saved: dict, start: dict, head: str | None = None) -> None:
+    """The saved weights are the start's but for the target linears (their merged delta)
+    and the head, which trained in full."""
+    assert saved.keys() == start.keys()
+    for key, weight in saved.items():
+        if not _adapted(key) and not (head and key.startswith(head)):
+            assert torch.equal(weight, start[key]), f"{key}: frozen, yet it changed"
+    assert any(not torch.equal(saved[k], start[k]) for k in start if _adapted(k))
+    if head:
+        assert not torch.equal(saved[f"{head}.weight"], start[f"{head}.weight"])
+
+
+@pytest.fixture
+def trained_models(monkeypatch) -> list[dict[str, object]]:
+    """Each model a TrainingRun starts its loop on (PPO, online DPO), with the names of its
+    trainable parameters as the loop got it."""
+    seen = []
+    start = TrainingRun.start
+
+    def spy(self, model, *args, **kwargs):
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        seen.append({"model": model, "trainable": trainable})
+        return start(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingRun, "start", spy)
+    return seen
+
+
+def _only_adapters_and(trainable: set[str], head: str) -> None:
+    assert trainable
+    for name in trainable:
+        assert ".lora_A." in name or ".lora_B." in name or name.startswith(head), name
+
+
+# ---- merged weights --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["CAUSAL_LM", "SEQ_CLS"])
+def test_merged_state_dict_is_what_merging_gives_and_leaves_the_adapters(tiny_policy, task):
+    if task == "SEQ_CLS":
+        model = AutoModelForSequenceClassification.from_pretrained(tiny_policy, num_labels=1)
+    else:
+        model = load_policy(tiny_policy)[0]
+    lora = LoraSettings(4, 8, 0.0, TARGETS)
+    model = add_adapters(model, lora, 0, task, ("score",) if task == "SEQ_CLS" else ())
+    with torch.no_grad():  # trained adapters and head: B and the head's copy moved
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(0.1 * torch.randn_like(param))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    state = merged_state_dict(model)
+    want = merged(copy.deepcopy(model)).state_dict()
+    assert state.keys() == want.keys()
+    assert all(torch.equal(state[k], want[k]) for k in want)
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_the_generator_gets_the_merged_weights_of_a_lora_policy(tiny_policy):
+    model = add_adapters(load_policy(tiny_policy)[0], LoraSettings(4, 8, 0.0, TARGETS), 0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.1)
+    generator = GeneratorProcess(spec=None)  # its channel only: no process started
+    try:
+        generator.push(3, model)
+        version, state = generator.weights.get(timeout=30)
+    finally:
+        for channel in (generator.weights, generator.data):
+            channel.cancel_join_thread()
+            channel.close()
+    want = merged(copy.deepcopy(model)).state_dict()
+    assert version == 3 and state.keys() == want.keys()
+    assert all(torch.equal(state[k], want[k]) for k in want)
+    load_policy(tiny_policy)[0].load_state_dict(state)  # what the engine's load_weights does
+
+
+# ---- reward models ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["bt", "prm"])
+def test_a_lora_reward_model_trains_adapters_and_its_head_and_saves_a_plain_folder(
+    tiny_policy, rm_inputs, tmp_path, kind
+):
+    config = test_rewards.rm_config()
+    train = config["reward_models"]["train"]
+    train.update(lr=1e-2, lora={**train["lora"], **LORA})
+    if kind == "bt":  # the start: the policy under the seeded fresh head train_bt makes
+        torch.manual_seed(config["seed"])
+        start_model = from_pretrained(
+            AutoModelForSequenceClassification, tiny_policy, num_labels=1, dtype=DTYPES["float32"]
+        )
+    else:
+        start_model = load_policy(tiny_policy)[0]
+    start = start_model.state_dict()
+    data = rm_inputs / ("prm.jsonl" if kind == "prm" else "samples.jsonl")
+    out = tmp_path / kind
+    train_reward_model(
+        config, kind, str(tiny_policy), str(rm_inputs / "problems.jsonl"), str(data), str(out)
+    )
+    assert not list(out.glob("adapter_*")), "a plain HF folder, no peft files"
+    saved = load_reward_model(out)[0].state_dict()
+    _check_folder(saved, start, head="score" if kind == "bt" else None)
+
+
+# ---- PPO -------------------------------------------------------------------------------------
+
+
+def _ppo_inputs(tiny_policy: Path, folder: Path) -> tuple[Path, Path]:
+    """Short pycode prompts (the tiny policy's context is 256 tokens) and an untrained BT RM
+    on the policy: its scores vary with the text, which is all PPO needs here."""
+    problems, _ = build_problems("pycode", {"kind": "pycode", "train_size": 6, "test_size": 1}, 0)
+    for row in problems:
+        row["question"] = row["question"][:60]
+    write_jsonl(folder / "train.jsonl", problems, schema="problem")
+    rm = folder / "rm"
+    tokenizer = load_tokenizer(tiny_policy)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_policy, num_labels=1)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(rm)
+    tokenizer.save_pretrained(rm)
+    (rm / INFO_FILE).write_text(json.dumps({"kind": "bt"}))
+    return folder / "train.jsonl", rm
+
+
+def test_lora_ppo_trains_the_adapters_of_policy_and_critic_and_the_value_head(
+    tiny_policy, tmp_path, trained_models, monkeypatch
+):
+    import reasonrl.ppo_run as ppo_run
+
+    problems, rm = _ppo_inputs(tiny_policy, tmp_path)
+    scores = iter(range(100))  # each held-out score beats the last: the final policy is kept
+    monkeypatch.setattr(
+        ppo_run.PPORun,
+        "evaluate",
+        lambda self, seed: {"heldout_pass": float(next(scores)), "heldout_reward": 0.0},
+    )
+    ppo = {
+        "iterations": 1,
+        "prompts_per_iteration": 2,
+        "responses_per_prompt": 2,
+        "draws_per_prompt": 1,
+        "heldout_prompts": 1,
+        "ppo_epochs": 1,
+        "batch_size": 4,
+        "policy_lr": 1e-2,
+        "critic_lr": 1e-2,
+        "max_length": 256,
+        "critic": "separate",
+        "lora": LORA,
+        "variants": [{"name": "m", "filter": "ppo-m"}],
+    }
+    config = validate_config(
+        {"tasks": {"pycode": {"kind": "pycode"}}, "rollout": ROLLOUT, "ppo": ppo}
+    )
+    out = tmp_path / "ppo-m"
+    run_ppo(config, "m", str(tiny_policy), str(rm), str(problems), out)
+    (started,) = trained_models
+    trainable = started["trainable"]
+    _only_adapters_and(trainable, "value_head.")
+    assert any(n.startswith("critic_trunk.") for n in trainable), "the critic has adapters"
+    assert any(n.startswith("policy.") for n in trainable)
+    assert not list(out.glob("adapter_*"))
+    _check_folder(load_policy(out)[0].state_dict(), load_policy(tiny_policy)[0].state_dict())
+
+
+# ---- online DPO ------------------------------------------------------------------------------
+
+
+def test_lora_online_ppo_trains_the_adapters_and_value_head_and_saves_a_plain_folder(
+    online_setup, tmp_path, trained_models
+):
+    """The PPO loss (value head on the policy's trunk): the generator samples with the merged
+    weights it is sent (a pushed peft state would not load), the folder is plain."""
+    config, folder = online_setup
+    config = copy.deepcopy(config)
+    config["online_dpo"]["lora"].update(LORA)
+    config["online_dpo"]["lr"] = 1e-2
+    policy, train = folder / "policy", str(folder / "train.jsonl")
+    out = tmp_path / "online-ppo"
+    metrics = run_online(config, "ppo", str(policy), train, "tool", 1, str(out))
+    assert metrics["steps"] == 4
+    (started,) = trained_models
+    _only_adapters_and(started["trainable"], "value_head.")
+    assert not list(out.glob("adapter_*"))
+    _check_folder(load_policy(out)[0].state_dict(), load_policy(policy)[0].state_dict())
