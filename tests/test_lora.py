@@ -173,6 +173,15 @@ def test_a_target_module_the_policy_lacks_is_one_line_naming_it(tiny_policy):
     assert "\n" not in message
 
 
+def test_lora_without_peft_is_one_line_naming_the_key(tiny_policy, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # what an environment without peft gives
+    settings = LoraSettings(4, 8, 0.0, TARGETS, key="sft.lora")
+    with pytest.raises(ReasonRLError, match=r"config key 'sft.lora.r' is 4: LoRA needs peft"):
+        add_adapters(load_policy(tiny_policy)[0], settings, 0)
+
+
 @pytest.mark.parametrize(
     "section", ["sft", "preference.train", "reward_models.train", "ppo", "online_dpo"]
 )

@@ -10,6 +10,7 @@ a critic's trunk) names the task and the modules that train in full beside the a
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -55,7 +56,13 @@ def add_adapters(
         return model
     # peft is imported only when adapters are asked for: environments that never train with
     # LoRA (the vLLM one) do not carry it
-    from peft import LoraConfig, get_peft_model
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as error:
+        raise ReasonRLError(
+            f"config key '{lora.key}.r' is {lora.r}: LoRA needs peft, which this environment "
+            f"({sys.prefix}) lacks; install envs/lock-cpu.txt's peft or set r: 0"
+        ) from error
 
     linears = {
         name.rsplit(".", 1)[-1]
