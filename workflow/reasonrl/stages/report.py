@@ -410,7 +410,7 @@ def _best_of_n_figure(rows: pd.DataFrame) -> Figure:
             ax.plot(curve["N"], curve["accuracy"], style, color=f"C{i}", label=method)
             if curve["ci_low"].notna().all():
                 ax.fill_between(
-                    curve["N"], curve["ci_low"], curve["ci_high"], color=f"C{i}", alpha=0.15
+                    curve["N"], curve["ci_low"], curve["ci_high"], color=f"C{i}", alpha=0.08
                 )
         ax.set_xscale("log", base=2)
         ns = sorted(rows.loc[rows["task"] == task, "N"].unique())
