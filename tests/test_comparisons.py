@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -229,3 +231,146 @@ def test_declared_arm_the_config_does_not_evaluate_is_one_line():
     raw["comparisons"]["declared"][0].update(a="mdpo-best", task="pycode")
     with pytest.raises(ReasonRLError, match=r"declared.0.a': 'mdpo-best' is not .* on 'pycode'"):
         validate_config(raw, "my.yaml")
+
+
+def test_a_search_arm_scores_each_problem_as_the_best_of_n_table_does(tmp_path):
+    from best_of_n_files import groups_by_hand, write_best_of_n
+
+    from reasonrl.config import search_arm
+    from reasonrl.search import best_of_n_metrics, search_arm_scores
+
+    folder = write_best_of_n(tmp_path)
+    table = best_of_n_metrics(groups_by_hand(), [2, 4], ["orm", "prm-min"])
+    expected = {(row["method"], row["N"]): row["accuracy"] for row in table["rows"]}
+    for arm, method, n in [
+        ("bon:maj@4", "maj@N", 4),
+        ("bon:prm-min@4", "prm-min@N", 4),
+        ("bon:orm@2", "orm@N", 2),
+        ("bon:pass@4", "pass@N", 4),
+    ]:
+        scores = search_arm_scores(search_arm(arm), folder)
+        assert sorted(scores) == [f"arith-test-{i:05d}" for i in range(4)]
+        assert np.mean(list(scores.values())) == pytest.approx(expected[method, n]), arm
+    # By hand at N = 4: the vote wins p0, loses p1 and p2, splits the 8/9 tie of p3; the
+    # PRM's top sample is right on p1 only.
+    assert list(search_arm_scores(search_arm("bon:maj@4"), folder).values()) == [1, 0, 0, 0.5]
+    assert list(search_arm_scores(search_arm("bon:prm-min@4"), folder).values()) == [0, 1, 0, 0]
+    greedy = search_arm_scores(search_arm("bon:greedy"), folder)
+    assert greedy == {"arith-test-00000": 1.0, "arith-test-00001": 0.0,
+                      "arith-test-00002": 0.0, "arith-test-00003": 0.0}  # fmt: skip
+    with pytest.raises(ReasonRLError, match="best-of-8 needs 8 samples, there are 4"):
+        search_arm_scores(search_arm("bon:maj@8"), folder)
+
+
+def test_search_arm_selections_are_the_scorers_the_reward_models_write():
+    from reasonrl.config import BEST_OF_N_SELECTIONS
+    from reasonrl.rewards.scoring import AGGREGATIONS
+
+    scorers = {"bt", "orm"} | {f"prm-{how}" for how in AGGREGATIONS}
+    assert set(BEST_OF_N_SELECTIONS) == {"pass", "maj"} | scorers
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "reward_models", "message"),
+    [
+        ("bon:vote@4", "bon:maj@4", {}, r"'bon:vote@4' selects by 'vote', not one of pass, maj"),
+        ("bon:maj", "bon:greedy", {}, r"'bon:maj' is not bon:greedy or bon:SELECTION@N"),
+        ("bon:maj@32", "bon:greedy", {}, r"'bon:maj@32' selects from 32 samples; .* draws 16"),
+        ("hgs", "bon:greedy", {"tasks": []}, r"'hgs' needs best-of-N data of 'arith'"),
+        ("bon:greedy", "hgs", {"hgs": {"tasks": []}}, r"\.b': 'hgs' needs the HGS-PRM search"),
+        ("bon:maj@4", "sft-tool", {}, r"'comparisons.declared.0': pairs a policy with a search"),
+    ],
+)
+def test_a_search_arm_the_config_does_not_produce_is_one_line(a, b, reward_models, message):
+    from reasonrl.config import validate_config
+
+    raw = {
+        "tasks": {"arith": {"kind": "arith"}},
+        "reward_models": {
+            "tasks": ["arith"],
+            "best_of_n": {"n": [1, 4, 16]},
+            **reward_models,
+            "hgs": {"tasks": ["arith"], **reward_models.get("hgs", {})},
+        },
+        "comparisons": {"declared": [{"name": "x", "a": a, "b": b, "task": "arith"}]},
+    }
+    with pytest.raises(
+        ReasonRLError, match=r"^my\.yaml: config key 'comparisons\.declared\.0"
+    ) as e:
+        validate_config(raw, "my.yaml")
+    assert "\n" not in str(e.value)
+    assert re.search(message, str(e.value))
+
+
+def test_declared_search_arms_validate():
+    from reasonrl.config import validate_config
+
+    declared = [
+        {"name": "prm_vs_maj", "a": "bon:prm-min@16", "b": "bon:maj@16", "task": "arith"},
+        {"name": "hgs_vs_greedy", "a": "hgs", "b": "bon:greedy", "task": "arith"},
+    ]
+    raw = {
+        "reward_models": {"tasks": ["arith"], "best_of_n": {"n": [1, 4, 16]}},
+        "comparisons": {"declared": declared},
+    }
+    assert validate_config(raw, "my.yaml")["comparisons"]["declared"][0]["a"] == "bon:prm-min@16"
+
+
+def test_report_writes_the_search_comparisons(tmp_path):
+    import json
+
+    from best_of_n_files import write_best_of_n, write_hgs
+
+    from reasonrl.cli import main
+
+    best_of_n = write_best_of_n(tmp_path / "search/arith/best-of-n")
+    hgs = write_hgs(tmp_path / "search/arith/hgs", [True, True, False])
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(
+        json.dumps({"policy": "sft-tool", "task": "arith", "greedy_pass@1": 0.25,
+                    "greedy_pass@1_ci": [0.1, 0.4], "n_problems": 4})
+    )  # fmt: skip
+    declared = [
+        {"name": "prm_vs_maj", "a": "bon:prm-min@4", "b": "bon:maj@4", "task": "arith"},
+        {"name": "orm_vs_maj", "a": "bon:orm@4", "b": "bon:maj@4", "task": "arith"},
+        {"name": "hgs_vs_greedy", "a": "hgs", "b": "bon:greedy", "task": "arith"},
+    ]
+    out = tmp_path / "report"
+    main(
+        ["report", "--config-json", json.dumps({"comparisons": {"declared": declared}}),
+         "--metrics", str(metrics), "--search", f"arith/best-of-n={best_of_n}",
+         "--search", f"arith/hgs={hgs}", "--out-dir", str(out)]
+    )  # fmt: skip
+    rows = {row["name"]: row for row in json.loads((out / "comparisons.json").read_text())}
+    prm = rows["prm_vs_maj"]
+    assert (prm["a"], prm["b"], prm["metric"], prm["n"]) == ("bon:prm-min@4", "bon:maj@4",
+                                                             "accuracy", 4)  # fmt: skip
+    assert prm["value_a"] == 0.25 and prm["value_b"] == 0.375
+    assert prm["test"] == "wilcoxon_signed_rank"  # the tied vote scores 0.5
+    assert rows["orm_vs_maj"]["value_a"] == 0.5
+    # HGS ran on the first 3 problems: greedy is paired on those (1, 0, 0), not all 4.
+    hgs_row = rows["hgs_vs_greedy"]
+    assert hgs_row["n"] == 3 and hgs_row["test"] == "mcnemar_exact"
+    assert hgs_row["value_a"] == pytest.approx(2 / 3) and hgs_row["value_b"] == pytest.approx(1 / 3)
+    assert all("p_holm" in row for row in rows.values())
+    assert "hgs_vs_greedy" in (out / "comparisons.md").read_text()
+    assert "bon:prm-min@4" in (out / "comparisons.csv").read_text()
+
+
+def test_report_names_a_search_arm_without_its_folder(tmp_path, capsys):
+    import json
+
+    from reasonrl.cli import main
+
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(
+        json.dumps({"policy": "sft-tool", "task": "arith", "greedy_pass@1": 0.25,
+                    "greedy_pass@1_ci": [0.1, 0.4], "n_problems": 4})
+    )  # fmt: skip
+    declared = [{"name": "h", "a": "hgs", "b": "bon:greedy", "task": "arith"}]
+    with pytest.raises(SystemExit):
+        main(
+            ["report", "--config-json", json.dumps({"comparisons": {"declared": declared}}),
+             "--metrics", str(metrics), "--out-dir", str(tmp_path / "report")]
+        )  # fmt: skip
+    assert "comparison arm 'hgs': no hgs folder of 'arith'" in capsys.readouterr().err

@@ -167,11 +167,14 @@ def _best_of_n_rows():
 
 
 def test_report_pages_writes_a_page_per_table_and_the_curves(tmp_path):
+    from best_of_n_files import write_best_of_n
+
     preference = _write_csv(tmp_path / "preference.csv", _preference_rows())
     best_of_n = _write_csv(tmp_path / "best_of_n.csv", _best_of_n_rows())
     out = tmp_path / "pages"
     tables = {"preference": preference, "best_of_n": best_of_n}
-    report_pages(tables, str(out), best_of_n, preference)
+    folder = write_best_of_n(tmp_path / "search/arith/best-of-n")
+    report_pages(tables, str(out), {"arith": str(folder)}, preference)
     page = (out / "tables" / "preference.html").read_text()
     assert page.count("<tr") == 1 + len(_preference_rows())  # header + one row each
     assert "mkto-round2" in page and "<th>ci_high</th>" in page
@@ -179,6 +182,28 @@ def test_report_pages_writes_a_page_per_table_and_the_curves(tmp_path):
     assert pages == ["best_of_n.html", "preference.html"]
     for name in ("best_of_n.png", "rounds.png"):
         assert (out / name).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_best_of_n_curves_run_over_powers_of_two_up_to_the_samples_drawn(tmp_path):
+    from best_of_n_files import groups_by_hand, write_best_of_n
+
+    from reasonrl.search import best_of_n_metrics
+
+    folder = write_best_of_n(tmp_path / "search/arith/best-of-n")
+    report_pages({}, str(tmp_path / "pages"), {"arith": str(folder)})
+    rows = json.loads((tmp_path / "pages" / "best_of_n_curves.json").read_text())
+    methods = {"pass@1", "pass@N", "maj@N", "orm@N", "prm-min@N"}
+    assert {(row["task"], row["method"], row["N"]) for row in rows} == {
+        ("arith", method, n) for method in methods for n in (1, 2, 4)
+    }
+    # The same numbers as the best-of-N table's code on the same samples, at every N.
+    table = best_of_n_metrics(groups_by_hand(), [1, 2, 4], ["orm", "prm-min"])
+    assert [{k: v for k, v in row.items() if k != "task"} for row in rows] == table["rows"]
+    by_key = {(row["method"], row["N"]): row["accuracy"] for row in rows}
+    assert by_key["pass@N", 4] == 0.75 and by_key["maj@N", 4] == 0.375  # the ceiling, the vote
+    csv_text = (tmp_path / "pages" / "best_of_n_curves.csv").read_text()
+    assert csv_text.startswith("task,N,method,accuracy,ci_low,ci_high")
+    assert (tmp_path / "pages" / "best_of_n.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_report_pages_names_an_unreadable_table(tmp_path):

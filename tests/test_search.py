@@ -209,3 +209,11 @@ def test_hgs_labels_a_turn_by_the_prm_verdict_on_its_last_line(monkeypatch):
     ]
     assert model.label([0], [[]], [{"messages": messages}]) == ["-"]
     assert read == [("Q", ["Intro.", "```python\nx = 3", "print(x)\n```\n```output\n3\n```"])]
+
+
+def test_best_of_n_curves_take_powers_of_two_and_the_samples_drawn():
+    from reasonrl.search import powers_of_two
+
+    assert powers_of_two(16) == [1, 2, 4, 8, 16]
+    assert powers_of_two(12) == [1, 2, 4, 8, 12]
+    assert powers_of_two(1) == [1]

@@ -123,6 +123,32 @@ def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snake
     assert not any("policy=sft-code" in wildcards for wildcards in evaluated)  # arith only
 
 
+@pytest.mark.parametrize("base", ["config/config.yaml", "config/test.yaml"])
+def test_search_comparisons_feed_the_report_their_files_and_add_no_job(snakemake, tmp_path, base):
+    search = {
+        "results/search/arith/best-of-n/samples.jsonl",
+        "results/search/arith/best-of-n/scores.jsonl",
+        "results/search/arith/best-of-n/greedy.jsonl",
+        "results/search/arith/hgs/trajectories.jsonl",
+    }
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", base))
+    [report] = [job for job in jobs if job["rule"] == "report"]
+    assert search <= set(report["input"].split(", "))
+    assert "--search arith/best-of-n=results/search/arith/best-of-n" in report["shell"]
+    assert "--search arith/hgs=results/search/arith/hgs" in report["shell"]
+    declared = {c["name"] for c in cli_config(report)["comparisons"]["declared"]}
+    assert {"prm_vs_maj", "orm_vs_maj", "hgs_vs_greedy"} <= declared
+    policies_only = tmp_path / "policies.yaml"
+    policies_only.write_text(
+        "comparisons:\n  declared: [{name: m, a: mdpo-best, b: sft-tool, task: arith}]\n"
+    )
+    args = ("-n", "-p", "--configfile", "config/config.yaml", base, str(policies_only))
+    plain = dry_run_jobs(snakemake(*args))
+    [report] = [job for job in plain if job["rule"] == "report"]
+    assert "results/search" not in report["input"] and "--search" not in report["shell"]
+    assert len(plain) == len(jobs)  # best-of-N and HGS run for the reward tables anyway
+
+
 def test_a_preference_pool_feeds_the_rounds_and_leaves_the_task_splits_alone(snakemake, tmp_path):
     extra = tmp_path / "pool.yaml"
     extra.write_text("tasks: {arith: {kind: arith, pools: {preference: 300}}}\n")

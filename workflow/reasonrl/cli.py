@@ -76,6 +76,7 @@ def report(args: argparse.Namespace, config: dict) -> None:
 
     arms = dict(_name_value(item, "--arm") for item in args.arm or [])
     best = dict(_name_value(item, "--best") for item in args.best or [])
+    search = dict(_name_value(item, "--search") for item in args.search or [])
     run(
         args.metrics,
         args.out_dir,
@@ -84,6 +85,7 @@ def report(args: argparse.Namespace, config: dict) -> None:
         arms,
         best,
         args.calibration,
+        search,
     )
 
 
@@ -91,7 +93,8 @@ def report_pages(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.report import report_pages as run
 
     tables = dict(_name_value(item, "--table") for item in args.table or [])
-    run(tables, args.out_dir, args.best_of_n, args.preference)
+    best_of_n = dict(_name_value(item, "--best-of-n") for item in args.best_of_n or [])
+    run(tables, args.out_dir, best_of_n, args.preference)
 
 
 def calibrate(args: argparse.Namespace, config: dict) -> None:
@@ -394,11 +397,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-metrics", nargs="*")
     p.add_argument("--arm", action="append", help="POLICY=TRAJECTORIES of a comparison arm")
     p.add_argument("--best", action="append", help="METHOD=BEST_JSON (select-best's pick)")
+    p.add_argument(
+        "--search", action="append", help="TASK/STAGE=FOLDER of a search arm (best-of-n, hgs)"
+    )
     p.add_argument("--calibration", help="calibrate's calibration.json (a table in the summary)")
     p.add_argument("--out-dir", required=True)
     p = stage("report-pages", report_pages, "result tables as HTML, best-of-N and round curves")
     p.add_argument("--table", action="append", help="NAME=CSV of a result table (repeatable)")
-    p.add_argument("--best-of-n", help="the reward tables' best_of_n.csv")
+    p.add_argument(
+        "--best-of-n", action="append", help="TASK=FOLDER of a best-of-N stage (its curves)"
+    )
     p.add_argument("--preference", help="the preference table's table.csv")
     p.add_argument("--out-dir", required=True)
     _calibration_stages(stage)

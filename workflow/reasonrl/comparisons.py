@@ -205,11 +205,20 @@ def greedy_correct(path: str) -> dict[str, float]:
     return scores
 
 
+SEARCH_METRIC = "accuracy"  # the metric of a comparison with a search arm: its answer's score
+
+
 def run_declared(
-    declared: Sequence[dict], arm_paths: Mapping[str, str], picked: Mapping[str, str], alpha: float
+    declared: Sequence[dict],
+    arm_paths: Mapping[str, str],
+    picked: Mapping[str, str],
+    alpha: float,
+    search_scores: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
 ) -> list[dict]:
     """Every declared comparison, Holm-corrected together. arm_paths: policy -> its test
-    trajectories; picked: METHOD -> the policy its held-out selection chose (METHOD-best)."""
+    trajectories; picked: METHOD -> the policy its held-out selection chose (METHOD-best);
+    search_scores: (task, search arm) -> its per-problem scores (reasonrl.search)."""
+    search_scores = search_scores or {}
 
     def resolve(arm: str) -> tuple[str, str]:
         method = arm.removesuffix("-best")
@@ -221,16 +230,28 @@ def run_declared(
 
     rows = []
     for comparison in declared:
-        (label_a, path_a), (label_b, path_b) = resolve(comparison["a"]), resolve(comparison["b"])
+        task, arms = comparison["task"], (comparison["a"], comparison["b"])
+        if all((task, arm) in search_scores for arm in arms):
+            scores = _same_problems(*(search_scores[task, arm] for arm in arms))
+            labels, metric = arms, SEARCH_METRIC
+        else:
+            (label_a, path_a), (label_b, path_b) = map(resolve, arms)
+            scores = greedy_correct(path_a), greedy_correct(path_b)
+            labels, metric = (label_a, label_b), comparison["metric"]
         rows.append(
-            compare(
-                comparison["name"],
-                comparison["metric"],
-                label_a,
-                label_b,
-                greedy_correct(path_a),
-                greedy_correct(path_b),
-                comparison.get("margin", 0.0),
-            )
+            compare(comparison["name"], metric, *labels, *scores, comparison.get("margin", 0.0))
         )
     return holm(rows, alpha)
+
+
+def _same_problems(
+    a: Mapping[str, float], b: Mapping[str, float]
+) -> tuple[Mapping[str, float], Mapping[str, float]]:
+    """Two search arms on the problems of the smaller: each search stage runs on the first
+    max_problems of the same test split, so one arm's problems include the other's (when
+    they do not, compare's pairing check names a problem only one arm has)."""
+    if set(a) < set(b):
+        return a, {pid: b[pid] for pid in a}
+    if set(b) < set(a):
+        return {pid: a[pid] for pid in b}, b
+    return a, b

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -284,20 +285,90 @@ def evaluated_arms(config: dict) -> dict[str, list[str]]:
     return arms
 
 
+# What a best-of-N arm may select with (bon:SELECTION@N): pass is the oracle (some sample of
+# the N is correct), maj the plurality answer, the rest the top sample of a reward model
+# (the scorers reasonrl.rewards.reranking writes; a test keeps the two lists equal).
+BEST_OF_N_SELECTIONS = ("pass", "maj", "bt", "orm", "prm-min", "prm-mean", "prm-last")
+_SEARCH_ARM = re.compile(r"^bon:(?P<method>[a-z][a-z-]*)@(?P<n>[1-9][0-9]*)$")
+
+
+@dataclass(frozen=True)
+class SearchArm:
+    """A comparison arm scored from a search stage's outputs rather than a policy's evaluation:
+    `stage` is its folder under results/search/{task}/ (best-of-n or hgs), `method` the
+    selection (greedy, hgs or one of BEST_OF_N_SELECTIONS), `n` the samples it chooses from."""
+
+    stage: str
+    method: str
+    n: int = 1
+
+
+def search_arm(arm: str) -> SearchArm | None:
+    """The search arm `arm` names (hgs, bon:greedy or bon:SELECTION@N), None for a policy.
+
+    Raises ReasonRLError for a bon: arm of another form or an unknown selection.
+    """
+    if arm == "hgs":
+        return SearchArm("hgs", "hgs")
+    if not arm.startswith("bon:"):
+        return None
+    if arm == "bon:greedy":
+        return SearchArm("best-of-n", "greedy")
+    match = _SEARCH_ARM.match(arm)
+    if not match:
+        raise ReasonRLError(f"'{arm}' is not bon:greedy or bon:SELECTION@N")
+    if match["method"] not in BEST_OF_N_SELECTIONS:
+        raise ReasonRLError(
+            f"'{arm}' selects by '{match['method']}', not one of {', '.join(BEST_OF_N_SELECTIONS)}"
+        )
+    return SearchArm("best-of-n", match["method"], int(match["n"]))
+
+
+def _search_arm_unmade(arm: str, search: SearchArm, config: dict, task: str) -> str | None:
+    """Why the config does not produce a search arm on `task` (None when it does)."""
+    section = config["reward_models"]
+    if task not in section["tasks"]:
+        return f"'{arm}' needs best-of-N data of '{task}', which reward_models.tasks does not list"
+    if search.stage == "hgs" and task not in section["hgs"]["tasks"]:
+        return f"'{arm}' needs the HGS-PRM search of '{task}', not in reward_models.hgs.tasks"
+    n_max = max(section["best_of_n"]["n"])
+    if search.n > n_max:
+        return f"'{arm}' selects from {search.n} samples; reward_models.best_of_n.n draws {n_max}"
+    return None
+
+
 def _check_comparisons(config: dict, source: str) -> None:
-    """Declared comparisons: unique names, two arms the workflow evaluates on the task."""
+    """Declared comparisons: unique names, two arms the workflow produces on the task: policies
+    it evaluates, or search arms (which are scored on the search stages' test problems, so a
+    comparison does not mix the two kinds)."""
     declared = config["comparisons"]["declared"]
     names = [c["name"] for c in declared]
     arms = evaluated_arms(config)
     for index, comparison in enumerate(declared):
         _reject_repeat(names, comparison["name"], "comparisons.declared", source)
+        kinds = set()
         for side in ("a", "b"):
-            arm = comparison[side]
-            if comparison["task"] not in arms.get(arm, []):
-                raise ReasonRLError(
-                    f"{source}: config key 'comparisons.declared.{index}.{side}': "
-                    f"'{arm}' is not a policy this config evaluates on '{comparison['task']}'"
-                )
+            key = f"{source}: config key 'comparisons.declared.{index}.{side}'"
+            arm, task = comparison[side], comparison["task"]
+            try:
+                search = search_arm(arm)
+            except ReasonRLError as err:
+                raise ReasonRLError(f"{key}: {err}") from None
+            kinds.add(search is None)
+            if search:
+                unmade = _search_arm_unmade(arm, search, config, task)
+            elif task not in arms.get(arm, []):
+                unmade = f"'{arm}' is not a policy this config evaluates on '{task}'"
+            else:
+                unmade = None
+            if unmade:
+                raise ReasonRLError(f"{key}: {unmade}")
+        if len(kinds) > 1:
+            raise ReasonRLError(
+                f"{source}: config key 'comparisons.declared.{index}': pairs a policy with a "
+                "search arm, which are scored on different test problems (bon:greedy is the "
+                "policy's greedy decoding on the search's problems)"
+            )
 
 
 def read_yaml(path: str | Path) -> Any:

@@ -2,7 +2,9 @@
 
 Best-of-N: from n samples per problem, the expected correctness of the top-scored sample of
 a random N-subset, computed exactly (the sample ranked r, 0-based, is the subset's best with
-probability C(n-1-r, N-1) / C(n, N)), next to pass@N and maj@N from the same samples.
+probability C(n-1-r, N-1) / C(n, N)), next to pass@N and maj@N from the same samples. The
+same per-problem values score a best-of-N arm of a declared comparison (search_arm_scores)
+and draw the best-of-N curves over N = 1, 2, 4, ... (exact, so no subsampling noise).
 
 HGS-PRM (step-level reward model paper, Appendix A): expand one step, score it with the
 PRM; accept a positive step and go on from it; otherwise keep sampling siblings until the
@@ -15,14 +17,20 @@ completing its current state.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from reasonrl.comparisons import greedy_correct
+from reasonrl.config import SearchArm
+from reasonrl.errors import ReasonRLError
+from reasonrl.io import read_jsonl
 from reasonrl.metrics import bootstrap_ci, maj_at_k, pass_at_k
 from reasonrl.rewards.steps import NEGATIVE, NEUTRAL, POSITIVE
+from reasonrl.tasks.grading import normalize_answer
 
 
 def best_of_n_expected(scores: Sequence[float], correct: Sequence[bool], n_pick: int) -> float:
@@ -42,31 +50,42 @@ def best_of_n_expected(scores: Sequence[float], correct: Sequence[bool], n_pick:
     )
 
 
+def problem_accuracy(group: dict[str, Any], method: str, n_pick: int, n: int) -> float:
+    """One problem's expected correctness when `method` answers from a uniformly random
+    n_pick-subset of its first n samples: "pass@1", "pass@N" (some sample correct: the
+    oracle), "maj@N" (the plurality answer) or "SCORER@N" (the top sample by that reward).
+
+    group: "correct" (list of bool), "answers" (normalised final answers or None) and
+    "scores" ({scorer: list of float}), one entry per sample in sample order.
+    """
+    correct = group["correct"][:n]
+    if method == "pass@1":
+        return pass_at_k(n, sum(correct), 1)
+    if method == "pass@N":
+        return pass_at_k(n, sum(correct), n_pick)
+    if method == "maj@N":
+        return maj_at_k(group["answers"][:n], correct, n_pick)
+    return best_of_n_expected(group["scores"][method.removesuffix("@N")][:n], correct, n_pick)
+
+
+def samples_per_problem(groups: Iterable[dict[str, Any]]) -> int:
+    """The samples every problem has (the fewest of any): best-of-N draws its subsets from them."""
+    return min(len(g["correct"]) for g in groups)
+
+
 def best_of_n_metrics(
     groups: list[dict[str, Any]], ns: Sequence[int], scorers: Sequence[str]
 ) -> dict[str, Any]:
     """Per N: pass@1, pass@N, maj@N and `scorer`@N means with bootstrap 95% CIs over problems.
 
-    groups: one dict per problem with "correct" (list of bool), "answers" (normalised final
-    answers or None) and "scores" ({scorer: list of float}).
+    groups: one dict per problem, as problem_accuracy takes it.
     """
-    n = min(len(g["correct"]) for g in groups)
+    n = samples_per_problem(groups)
+    methods = ["pass@1", "pass@N", "maj@N", *(f"{scorer}@N" for scorer in scorers)]
     table: dict[str, Any] = {"n_problems": len(groups), "n_samples": n, "rows": []}
     for n_pick in sorted(k for k in set(ns) if k <= n):
-        values: dict[str, list[float]] = {"pass@1": [], "pass@N": [], "maj@N": []}
-        for scorer in scorers:
-            values[f"{scorer}@N"] = []
-        for g in groups:
-            correct = g["correct"][:n]
-            values["pass@1"].append(pass_at_k(n, sum(correct), 1))
-            values["pass@N"].append(pass_at_k(n, sum(correct), n_pick))
-            values["maj@N"].append(maj_at_k(g["answers"][:n], correct, n_pick))
-            for scorer in scorers:
-                values[f"{scorer}@N"].append(
-                    best_of_n_expected(g["scores"][scorer][:n], correct, n_pick)
-                )
-        for method, per_problem in values.items():
-            array = np.array(per_problem, dtype=float)
+        for method in methods:
+            array = np.array([problem_accuracy(g, method, n_pick, n) for g in groups])
             low, high = bootstrap_ci(array)
             table["rows"].append(
                 {
@@ -78,6 +97,73 @@ def best_of_n_metrics(
                 }
             )
     return table
+
+
+def best_of_n_groups(samples: list[dict], scores: list[dict]) -> dict[str, dict[str, Any]]:
+    """Problem id -> its group (as problem_accuracy takes it) from the best-of-N stage's
+    samples.jsonl (trajectories) and scores.jsonl rows, samples in sample order."""
+    scored = {(row["problem_id"], row["sample"]): row["scores"] for row in scores}
+    groups: dict[str, dict[str, Any]] = {}
+    for row in sorted(samples, key=lambda r: (r["problem_id"], r["sample"])):
+        key = (row["problem_id"], row["sample"])
+        if key not in scored:
+            raise ReasonRLError(f"no reward-model scores of sample {row['sample']} of '{key[0]}'")
+        group = groups.setdefault(key[0], {"correct": [], "answers": [], "scores": {}})
+        group["correct"].append(bool(row["correct"]))
+        answer = row["final_answer"]
+        group["answers"].append(None if answer is None else normalize_answer(answer))
+        for scorer, value in scored[key].items():
+            group["scores"].setdefault(scorer, []).append(value)
+    return groups
+
+
+def search_arm_scores(arm: SearchArm, folder: str | Path) -> dict[str, float]:
+    """Per test problem, a search arm's score from its stage's folder: the correctness of the
+    HGS-PRM answer (hgs/trajectories.jsonl) or of the greedy decoding (best-of-n/greedy.jsonl),
+    or for bon:SELECTION@N the best-of-N table's own per-problem value (problem_accuracy):
+    0/1 at N = the samples drawn (a vote tied between t answers scores 1/t), the expectation
+    over N-subsets below it."""
+    folder = Path(folder)
+    if arm.method == "hgs":
+        rows = read_jsonl(folder / "trajectories.jsonl", schema="trajectory")
+        return _one_per_problem(rows, folder / "trajectories.jsonl")
+    if arm.method == "greedy":
+        return greedy_correct(str(folder / "greedy.jsonl"))
+    groups = read_best_of_n(folder)
+    n = samples_per_problem(groups.values())
+    if arm.n > n:
+        raise ReasonRLError(f"{folder}: best-of-{arm.n} needs {arm.n} samples, there are {n}")
+    method = f"{arm.method}@N"  # the table's name: pass@N, maj@N, prm-min@N, ...
+    return {pid: problem_accuracy(g, method, arm.n, n) for pid, g in groups.items()}
+
+
+def _one_per_problem(rows: list[dict], path: Path) -> dict[str, float]:
+    scores = {row["problem_id"]: float(row["correct"]) for row in rows}
+    if len(scores) != len(rows):
+        raise ReasonRLError(f"{path}: more than one trajectory of a problem")
+    return scores
+
+
+def read_best_of_n(folder: str | Path) -> dict[str, dict[str, Any]]:
+    """best_of_n_groups of the best-of-N stage's folder (samples.jsonl, scores.jsonl)."""
+    folder = Path(folder)
+    return best_of_n_groups(
+        read_jsonl(folder / "samples.jsonl", schema="trajectory"),
+        read_jsonl(folder / "scores.jsonl"),
+    )
+
+
+def powers_of_two(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself: the N of a best-of-N curve."""
+    return sorted({2**i for i in range(n.bit_length())} | {n})
+
+
+def best_of_n_curve(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """best_of_n_metrics at N = 1, 2, 4, ... up to the samples drawn, for every reward model
+    that scored them: the exact expectation over N-subsets of the samples, which averaging
+    random subsamples only approximates."""
+    scorers = sorted({scorer for g in groups for scorer in g["scores"]})
+    return best_of_n_metrics(groups, powers_of_two(samples_per_problem(groups)), scorers)
 
 
 def sample_then_filter(step_labels: list[list[list[str]]], correct: list[list[bool]]) -> dict:

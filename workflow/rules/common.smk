@@ -13,7 +13,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from reasonrl.config import BUILT_BASES, sft_policies
+from reasonrl.config import BUILT_BASES, search_arm, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
 from reasonrl.errors import ReasonRLError, exit_with
@@ -666,7 +666,10 @@ COMPARISONS = config["comparisons"]["declared"]
 
 def comparison_policies(arm):
     """The policies whose test trajectories an arm needs: METHOD-best needs every round of
-    the method and the SFT start, since the held-out selection picks among them."""
+    the method and the SFT start, since the held-out selection picks among them; a search
+    arm needs none (comparison_search_files)."""
+    if search_arm(arm):
+        return []
     if arm.endswith("-best"):
         method = arm.removesuffix("-best")
         return [round_policy(method, r) for r in [0, *preference_rounds(method)]]
@@ -695,10 +698,47 @@ def comparison_best_files():
     return {m: f"results/selection/{m}-best/best.json" for m in sorted(methods)}
 
 
+# The files of a search stage a search arm is scored from (reasonrl.search.search_arm_scores).
+SEARCH_ARM_FILES = {
+    "hgs": ["trajectories.jsonl"],
+    "greedy": ["greedy.jsonl"],
+}
+BEST_OF_N_ARM_FILES = ["samples.jsonl", "scores.jsonl"]
+
+
+def comparison_search_folders():
+    """TASK/STAGE -> results/search/TASK/STAGE/ of every search arm (hgs, bon:...) that a
+    declared comparison names, with the files there it is scored from."""
+    folders = {}
+    for comparison in COMPARISONS:
+        for side in ("a", "b"):
+            spec = search_arm(comparison[side])
+            if spec:
+                key = f"{comparison['task']}/{spec.stage}"
+                files = SEARCH_ARM_FILES.get(spec.method, BEST_OF_N_ARM_FILES)
+                folders.setdefault(key, set()).update(files)
+    return {key: sorted(files) for key, files in sorted(folders.items())}
+
+
+def comparison_search_files():
+    return [
+        f"results/search/{key}/{name}"
+        for key, names in comparison_search_folders().items()
+        for name in names
+    ]
+
+
 def comparison_args(wildcards, input):
     arms = [f"{policy}={path}" for policy, path in comparison_arms().items()]
     best = [f"{method}={path}" for method, path in comparison_best_files().items()]
-    return f"{repeated_flag('--arm', arms)} {repeated_flag('--best', best)}"
+    search = [f"{key}=results/search/{key}" for key in comparison_search_folders()]
+    return " ".join(
+        [
+            repeated_flag("--arm", arms),
+            repeated_flag("--best", best),
+            repeated_flag("--search", search),
+        ]
+    )
 
 
 def comparison_outputs():
@@ -741,34 +781,55 @@ def report_tables():
 
 
 def report_curve_inputs():
-    """The tables the report's curves are drawn from: best-of-N, preference rounds."""
-    tables = report_tables()
-    return {key: tables[key] for key in ("best_of_n", "preference") if key in tables}
+    """The inputs of the report's curves: the preference table (rounds), and the samples and
+    scores of every task's best-of-N stage (best-of-N curves over N)."""
+    inputs = {}
+    if "preference" in report_tables():
+        inputs["preference"] = [report_tables()["preference"]]
+    if rm_tasks():
+        inputs["best_of_n"] = [
+            f"results/search/{task}/best-of-n/{name}"
+            for task in rm_tasks()
+            for name in BEST_OF_N_ARM_FILES
+        ]
+    return inputs
 
 
 def report_curve_outputs():
-    """best_of_n.png and rounds.png, for the methods this config runs."""
-    captions = {"best_of_n": "best_of_n", "preference": "rounds"}
-    return {
-        key: report(
-            f"results/report/pages/{name}.png",
-            caption=f"../report/{name}.rst",
+    """best_of_n.png with its numbers, and rounds.png, for the methods this config runs."""
+    inputs = report_curve_inputs()
+    outputs = {}
+    if "best_of_n" in inputs:
+        outputs["best_of_n"] = report(
+            "results/report/pages/best_of_n.png",
+            caption="../report/best_of_n.rst",
             category="Curves",
         )
-        for key, name in captions.items()
-        if key in report_curve_inputs()
-    }
+        for kind in ("csv", "json"):
+            outputs[f"best_of_n_{kind}"] = (
+                f"results/report/pages/best_of_n_curves.{kind}"
+            )
+    if "preference" in inputs:
+        outputs["preference"] = report(
+            "results/report/pages/rounds.png",
+            caption="../report/rounds.rst",
+            category="Curves",
+        )
+    return outputs
 
 
 def report_pages_args(wildcards, input):
     tables = repeated_flag(
         "--table", [f"{name}={path}" for name, path in report_tables().items()]
     )
-    curves = " ".join(
-        f"--{key.replace('_', '-')} {shlex.quote(path)}"
-        for key, path in report_curve_inputs().items()
+    best_of_n = repeated_flag(
+        "--best-of-n",
+        [f"{task}=results/search/{task}/best-of-n" for task in rm_tasks()],
     )
-    return f"{tables} {curves}"
+    preference = repeated_flag(
+        "--preference", report_curve_inputs().get("preference", [])
+    )
+    return f"{tables} {best_of_n} {preference}"
 
 
 # --- The memory plan (workflow/rules/plan.smk) ----------------------------------------------

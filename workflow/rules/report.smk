@@ -7,6 +7,7 @@ rule report:
         sft_models=sft_models(),
         trajectories=list(comparison_arms().values()),
         best=list(comparison_best_files().values()),
+        search=comparison_search_files(),
         calibration=calibration_report_input(),
     output:
         **comparison_outputs(),
@@ -56,6 +57,7 @@ rule report:
 rule report_pages:
     input:
         tables=list(report_tables().values()),
+        curves=[path for paths in report_curve_inputs().values() for path in paths],
     output:
         **report_curve_outputs(),
         tables=report(

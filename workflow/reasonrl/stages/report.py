@@ -16,8 +16,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from reasonrl.comparisons import run_declared
+from reasonrl.config import search_arm
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import atomic_path, load_schema, read_json, write_json, write_text
+from reasonrl.search import best_of_n_curve, read_best_of_n, search_arm_scores
 from reasonrl.tables import frame, markdown, write_csv
 
 log = logging.getLogger(__name__)
@@ -34,13 +36,14 @@ def report(
     arm_paths: dict[str, str] | None = None,
     best_paths: dict[str, str] | None = None,
     calibration_path: str | None = None,
+    search_folders: dict[str, str] | None = None,
 ) -> None:
     """Write summary.csv/.md, pass_at_1.png, pass_at_k.png, sft_loss.png (when training
     metrics are given), comparisons.json/.csv/.md/.png (when the config section
     `comparisons` declares any: arm_paths maps each arm's policy to its test trajectories,
-    best_paths each METHOD of a METHOD-best arm to select-best's best.json) and index.md,
-    linking them, into out_dir; index.md shows calibrate's gates when calibration_path is
-    given."""
+    best_paths each METHOD of a METHOD-best arm to select-best's best.json, search_folders
+    each TASK/STAGE of a search arm to that stage's folder) and index.md, linking them, into
+    out_dir; index.md shows calibrate's gates when calibration_path is given."""
     evaluations = sorted(
         (_read_evaluation(path) for path in metrics_paths), key=lambda m: (m["task"], m["policy"])
     )
@@ -61,12 +64,32 @@ def report(
         pictures.append("sft_loss.png")
     if comparisons and comparisons["declared"]:
         picked = {method: read_json(path)["best"] for method, path in (best_paths or {}).items()}
-        rows = run_declared(comparisons["declared"], arm_paths or {}, picked, comparisons["alpha"])
+        declared, alpha = comparisons["declared"], comparisons["alpha"]
+        search = _search_scores(declared, search_folders or {})
+        rows = run_declared(declared, arm_paths or {}, picked, alpha, search)
         table += "\n" + _write_comparisons(rows, out, comparisons["alpha"])
         pictures.append("comparisons.png")
     if calibration_path:
         table += "\n" + _calibration_table(read_json(calibration_path))
     write_text(out / "index.md", _index(table, pictures))
+
+
+def _search_scores(
+    declared: list[dict], folders: dict[str, str]
+) -> dict[tuple[str, str], dict[str, float]]:
+    """(task, arm) -> per-problem scores of every search arm a declared comparison names."""
+    scores = {}
+    for comparison in declared:
+        task = comparison["task"]
+        for arm in (comparison["a"], comparison["b"]):
+            spec = search_arm(arm)
+            if spec is None:
+                continue
+            key = f"{task}/{spec.stage}"
+            if key not in folders:
+                raise ReasonRLError(f"comparison arm '{arm}': no {spec.stage} folder of '{task}'")
+            scores[task, arm] = search_arm_scores(spec, folders[key])
+    return scores
 
 
 def _calibration_table(calibration: dict) -> str:
@@ -328,19 +351,27 @@ ROUND_POLICY = re.compile(r"^(?P<method>.+)-round(?P<round>\d+)$")
 def report_pages(
     tables: dict[str, str],
     out_dir: str,
-    best_of_n: str | None = None,
+    best_of_n: dict[str, str] | None = None,
     preference: str | None = None,
 ) -> None:
     """tables/NAME.html for each result table (NAME -> its CSV), so `snakemake --report` shows
-    them as tables; best_of_n.png (accuracy against N per reranker and task) from the reward
-    tables' best_of_n.csv; rounds.png (held-out pass@1 per round and method) from the
+    them as tables; best_of_n.png, with its numbers in best_of_n_curves.csv/.json (accuracy
+    against N = 1, 2, 4, ... per selection method and task, from each TASK's best-of-N stage
+    folder in best_of_n); rounds.png (held-out pass@1 per round and method) from the
     preference table."""
     out = Path(out_dir)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     for name, path in tables.items():
         write_text(out / "tables" / f"{name}.html", _html_page(name, _read_csv(path)))
     if best_of_n:
-        _save(_best_of_n_figure(_read_csv(best_of_n)), out / "best_of_n.png")
+        curves = [
+            {"task": task, **row}
+            for task, folder in best_of_n.items()
+            for row in best_of_n_curve(list(read_best_of_n(folder).values()))["rows"]
+        ]
+        write_json(out / "best_of_n_curves.json", curves)
+        write_csv(frame(curves), out / "best_of_n_curves.csv")
+        _save(_best_of_n_figure(pd.DataFrame(curves)), out / "best_of_n.png")
     if preference:
         _save(_rounds_figure(_read_csv(preference)), out / "rounds.png")
 
@@ -369,15 +400,17 @@ def _html_page(name: str, table: pd.DataFrame) -> str:
 
 
 def _best_of_n_figure(rows: pd.DataFrame) -> Figure:
+    """Accuracy against N per method and task; pass@N (the ceiling) and pass@1 dashed."""
     tasks = list(dict.fromkeys(rows["task"]))
-    fig = Figure(figsize=(5 * len(tasks), 4), layout="constrained")
+    fig = Figure(figsize=(6 * len(tasks), 4.5), layout="constrained")
     for ax, task in zip(fig.subplots(1, len(tasks), squeeze=False)[0], tasks, strict=True):
         for i, (method, curve) in enumerate(rows[rows["task"] == task].groupby("method")):
             curve = curve.sort_values("N")
-            ax.plot(curve["N"], curve["accuracy"], "o-", color=f"C{i}", label=method)
+            style = "o--" if method.startswith("pass@") else "o-"
+            ax.plot(curve["N"], curve["accuracy"], style, color=f"C{i}", label=method)
             if curve["ci_low"].notna().all():
                 ax.fill_between(
-                    curve["N"], curve["ci_low"], curve["ci_high"], color=f"C{i}", alpha=0.15
+                    curve["N"], curve["ci_low"], curve["ci_high"], color=f"C{i}", alpha=0.08
                 )
         ax.set_xscale("log", base=2)
         ns = sorted(rows.loc[rows["task"] == task, "N"].unique())
