@@ -119,8 +119,18 @@ def learning_run(sft_run) -> dict:
 # its code; 14.2% after the lr-3e-5 round): a rejected trajectory goes on copying correctly after
 # its one wrong number, and the trajectory-level loss pushes those copies down too. A pretrained
 # policy (SmolLM2-135M, on a GPU) solves 0.985 of these problems after 60 SFT steps, and takes
-# 22-30 s per SFT step on this 2-core CPU. Until a round shows a gain, this test is not run.
-@pytest.mark.skip(reason="M-DPO lowers this policy's pass@1 (0.585 -> 0.405-0.585)")
+# 22-30 s per SFT step on this 2-core CPU.
+# Where a round does gain (docs/experiment-design.md, 2026-11-26): the easy-to-frontier design
+# of config/frontier.yaml (SFT on easy + 9 % five-operation problems, 1600 steps; one round at
+# lr 1e-5 on the five-operation pool) lifts the 400-problem frontier test split 0.318 -> 0.358,
+# +0.040 [+0.010, +0.070], McNemar p = 0.011, power 0.72, with the easy band -0.008 (n.s.);
+# on a GPU over three DPO seeds +0.025 / +0.092 / +0.007. Its SFT alone takes 40-95 min on
+# these 2 cores, beyond a CI budget, so this test cannot yet run that design: it stays
+# unrun (and the issue open) until a start with frontier headroom trains in minutes.
+@pytest.mark.skip(
+    reason="the easy-band design M-DPO cannot beat (0.585 -> 0.405-0.585); the "
+    "frontier design that gains (+0.040, p = 0.011) does not fit a CI budget"
+)
 @pytest.mark.learning
 def test_one_mdpo_round_improves_held_out_pass_at_1_over_sft(learning_run):
     assert learning_run["labels"]["pairs"] >= 10, "the round must find pairs to learn from"
