@@ -83,6 +83,21 @@ def write_hgs(folder: Path, outcomes: list[bool]) -> Path:
     return folder
 
 
+def write_matched(folder: Path, counts: list[int]) -> Path:
+    """hgs/matched.jsonl and matched_scores.jsonl: the first counts[i] samples of PROBLEMS'
+    problem i as its compute-matched samples (HGS's budget paid for that many)."""
+    samples, scores = [], []
+    for (pid, rows), count in zip(PROBLEMS.items(), counts, strict=False):
+        for sample, (answer, correct, score) in enumerate(rows[:count]):
+            samples.append(trajectory(pid, sample, answer, correct, "sampled"))
+            scores.append(
+                {"problem_id": pid, "sample": sample, "correct": correct, "scores": score}
+            )
+    write_jsonl(folder / "matched.jsonl", samples[::-1], schema="trajectory")
+    write_jsonl(folder / "matched_scores.jsonl", scores)
+    return folder
+
+
 def groups_by_hand() -> list[dict]:
     """The best-of-N stage's groups of PROBLEMS, answers normalised by hand ("3.0" is "3")."""
     return [

@@ -262,6 +262,28 @@ def test_a_search_arm_scores_each_problem_as_the_best_of_n_table_does(tmp_path):
         search_arm_scores(search_arm("bon:maj@8"), folder)
 
 
+def test_a_matched_arm_scores_all_of_each_problems_matched_samples(tmp_path):
+    from best_of_n_files import write_matched
+
+    from reasonrl.config import search_arm
+    from reasonrl.search import search_arm_scores
+
+    folder = write_matched(tmp_path, [3, 2, 1])
+    # p0 ("3", "4", "3"): the vote is right, the PRM's top (0.8) wrong; p1 ("7", "6"): a
+    # 1-1 tie, the PRM's top right; p2: its one sample is wrong.
+    maj = search_arm_scores(search_arm("hgs-matched:maj"), folder)
+    assert maj == {"arith-test-00000": 1.0, "arith-test-00001": 0.5, "arith-test-00002": 0.0}
+    prm = search_arm_scores(search_arm("hgs-matched:prm-min"), folder)
+    assert list(prm.values()) == [0.0, 1.0, 0.0]
+
+
+def test_matched_selections_are_the_vote_oracle_and_the_prm_scorers():
+    from reasonrl.config import MATCHED_SELECTIONS
+    from reasonrl.rewards.scoring import AGGREGATIONS
+
+    assert set(MATCHED_SELECTIONS) == {"pass", "maj"} | {f"prm-{how}" for how in AGGREGATIONS}
+
+
 def test_search_arm_selections_are_the_scorers_the_reward_models_write():
     from reasonrl.config import BEST_OF_N_SELECTIONS
     from reasonrl.rewards.scoring import AGGREGATIONS
@@ -278,6 +300,9 @@ def test_search_arm_selections_are_the_scorers_the_reward_models_write():
         ("bon:maj@32", "bon:greedy", {}, r"'bon:maj@32' selects from 32 samples; .* draws 16"),
         ("hgs", "bon:greedy", {"tasks": []}, r"'hgs' needs best-of-N data of 'arith'"),
         ("bon:greedy", "hgs", {"hgs": {"tasks": []}}, r"\.b': 'hgs' needs the HGS-PRM search"),
+        ("hgs-matched:orm", "hgs", {}, r"'hgs-matched:orm' selects by 'orm', not one of pass"),
+        ("hgs-matched:", "hgs", {}, r"'hgs-matched:' selects by '', not one of pass, maj"),
+        ("bon:greedy", "hgs-matched:maj", {"hgs": {"tasks": []}}, r"\.b': 'hgs-matched:maj' needs"),
         ("bon:maj@4", "sft-tool", {}, r"'comparisons.declared.0': pairs a policy with a search"),
     ],
 )
@@ -308,6 +333,7 @@ def test_declared_search_arms_validate():
     declared = [
         {"name": "prm_vs_maj", "a": "bon:prm-min@16", "b": "bon:maj@16", "task": "arith"},
         {"name": "hgs_vs_greedy", "a": "hgs", "b": "bon:greedy", "task": "arith"},
+        {"name": "hgs_vs_matched", "a": "hgs", "b": "hgs-matched:prm-min", "task": "arith"},
     ]
     raw = {
         "reward_models": {"tasks": ["arith"], "best_of_n": {"n": [1, 4, 16]}},
@@ -319,12 +345,13 @@ def test_declared_search_arms_validate():
 def test_report_writes_the_search_comparisons(tmp_path):
     import json
 
-    from best_of_n_files import write_best_of_n, write_hgs
+    from best_of_n_files import write_best_of_n, write_hgs, write_matched
 
     from reasonrl.cli import main
 
     best_of_n = write_best_of_n(tmp_path / "search/arith/best-of-n")
     hgs = write_hgs(tmp_path / "search/arith/hgs", [True, True, False])
+    write_matched(hgs, [3, 2, 1])
     metrics = tmp_path / "metrics.json"
     metrics.write_text(
         json.dumps({"policy": "sft-tool", "task": "arith", "greedy_pass@1": 0.25,
@@ -334,6 +361,7 @@ def test_report_writes_the_search_comparisons(tmp_path):
         {"name": "prm_vs_maj", "a": "bon:prm-min@4", "b": "bon:maj@4", "task": "arith"},
         {"name": "orm_vs_maj", "a": "bon:orm@4", "b": "bon:maj@4", "task": "arith"},
         {"name": "hgs_vs_greedy", "a": "hgs", "b": "bon:greedy", "task": "arith"},
+        {"name": "hgs_vs_matched", "a": "hgs", "b": "hgs-matched:prm-min", "task": "arith"},
     ]
     out = tmp_path / "report"
     main(
@@ -352,6 +380,10 @@ def test_report_writes_the_search_comparisons(tmp_path):
     hgs_row = rows["hgs_vs_greedy"]
     assert hgs_row["n"] == 3 and hgs_row["test"] == "mcnemar_exact"
     assert hgs_row["value_a"] == pytest.approx(2 / 3) and hgs_row["value_b"] == pytest.approx(1 / 3)
+    matched = rows["hgs_vs_matched"]  # HGS (1, 1, 0) vs the matched PRM pick (0, 1, 0)
+    assert (matched["b"], matched["n"]) == ("hgs-matched:prm-min", 3)
+    assert matched["value_a"] == pytest.approx(2 / 3)
+    assert matched["value_b"] == pytest.approx(1 / 3)
     assert all("p_holm" in row for row in rows.values())
     assert "hgs_vs_greedy" in (out / "comparisons.md").read_text()
     assert "bon:prm-min@4" in (out / "comparisons.csv").read_text()

@@ -8,12 +8,14 @@ import random
 
 import pytest
 
+from reasonrl.errors import ReasonRLError
 from reasonrl.search import (
     HGSSearch,
     best_of_n_expected,
     best_of_n_metrics,
     run_hgs,
     sample_then_filter,
+    sample_to_budget,
 )
 
 
@@ -209,6 +211,73 @@ def test_hgs_labels_a_turn_by_the_prm_verdict_on_its_last_line(monkeypatch):
     ]
     assert model.label([0], [[]], [{"messages": messages}]) == ["-"]
     assert read == [("Q", ["Intro.", "```python\nx = 3", "print(x)\n```\n```output\n3\n```"])]
+
+
+def _counting_model(monkeypatch, turns_of_completion: int = 3):
+    """A ToolStepModel whose rollouts are stubbed: every continuation is one 5-token turn, a
+    completion `turns_of_completion` turns in all; the stubs record their calls."""
+    from reasonrl import tool_steps
+    from reasonrl.rollout import RolloutLimits
+
+    calls = []
+
+    def fake_continue(engine, prefixes, params, limits, sandbox):
+        calls.append(("continue", len(prefixes), limits.max_turns, params.seed))
+        turns = limits.max_turns if params.temperature else turns_of_completion
+        return [{"messages": [], "finish_reason": "max_turns", "num_turns": turns,
+                 "num_tokens": 5} for _ in prefixes]  # fmt: skip
+
+    def fake_run(engine, problems, style, n, params, limits, sandbox):
+        calls.append(("run", len(problems), limits.max_turns, params.seed))
+        return [{"num_turns": limits.max_turns, "num_tokens": 7} for _ in problems]
+
+    monkeypatch.setattr(tool_steps, "continue_rollouts", fake_continue)
+    monkeypatch.setattr(tool_steps, "run_rollouts", fake_run)
+    monkeypatch.setattr(tool_steps, "prompt_messages", lambda problem, style: [])
+    model = tool_steps.ToolStepModel.__new__(tool_steps.ToolStepModel)
+    model.section = {"temperature": 0.7, "top_p": 1.0, "style": "tool"}
+    model.engine = model.sandbox = None
+    model.limits = RolloutLimits(4, 512, 2048)
+    return model.for_problems([{"id": "p0"}, {"id": "p1"}], seed=0), calls
+
+
+def test_hgs_counts_its_policy_calls_and_tokens_per_problem(monkeypatch):
+    """Each expansion is one call; completing a capped search counts the turns it adds."""
+    model, _ = _counting_model(monkeypatch)
+    labels = iter(["-", "+", "-", "-"])  # p0 rejects twice, p1 accepts at once (final)
+
+    def expand(ids, paths, round_no):
+        return [
+            (step, i == 1)
+            for i, (step, _) in zip(ids, model.expand(ids, paths, round_no), strict=True)
+        ]
+
+    searches = run_hgs(2, expand, lambda ids, paths, steps: [next(labels) for _ in ids], 9, 3)
+    assert [s.finished for s in searches] == ["cap", "answer"]
+    assert model.generated == [3, 1] and model.tokens == [15, 5]
+    model.finish(searches)  # p0's completion: 3 turns from an empty path
+    assert model.generated == [6, 1] and model.tokens == [20, 5]
+
+
+def test_matched_samples_spend_exactly_each_problems_budget_at_hgs_temperature(monkeypatch):
+    model, calls = _counting_model(monkeypatch)
+    made = sample_to_budget([6, 1], model.sample)
+    # p0: a 4-turn sample (the rollout cap), then one capped at the 2 calls left; p1: 1 call.
+    assert [[r["num_turns"] for r in rows] for rows in made] == [[4, 2], [1]]
+    assert [[r["sample"] for r in rows] for rows in made] == [[0, 1], [0]]
+    assert [c[:3] for c in calls] == [("run", 1, 4), ("run", 1, 1), ("run", 1, 2)]
+    # the seeds are the matched stream's, distinct from every search round's
+    model.expand([0], [[]], 0)
+    seeds = [c[3] for c in calls]
+    assert len(set(seeds[:3])) == 2 and seeds[3] not in seeds[:3]
+
+
+def test_matched_sampling_refuses_a_sample_over_the_budget():
+    def spendthrift(ids, calls_left, round_no):
+        return [{"num_turns": left + 1} for left in calls_left]
+
+    with pytest.raises(ReasonRLError, match="made 3 calls, with 2 left"):
+        sample_to_budget([2], spendthrift)
 
 
 def test_best_of_n_curves_take_powers_of_two_and_the_samples_drawn():

@@ -291,7 +291,7 @@ def test_run_outputs_match_their_schemas(test_run):
     methods = {row["method"] for row in table["rows"]}
     assert {"pass@1", "maj@N", "bt@N", "orm@N", "prm-mean@N", "prm-min@N", "prm-last@N"} <= methods
     hgs = json.loads((test_run / "results/search/arith/hgs/hgs.json").read_text())
-    assert set(hgs) >= {"greedy", "hgs", "sample_then_filter"}
+    assert set(hgs) >= {"greedy", "hgs", "matched", "sample_then_filter"}
     assert (test_run / "results/report/reward_models/reward_models.md").stat().st_size > 0
     assert not list(test_run.glob("results/rm/arith/.*.ckpt")), "checkpoints left behind"
 

@@ -289,6 +289,9 @@ def evaluated_arms(config: dict) -> dict[str, list[str]]:
 # the N is correct), maj the plurality answer, the rest the top sample of a reward model
 # (the scorers reasonrl.rewards.reranking writes; a test keeps the two lists equal).
 BEST_OF_N_SELECTIONS = ("pass", "maj", "bt", "orm", "prm-min", "prm-mean", "prm-last")
+# What a compute-matched arm of the HGS stage may select with (hgs-matched:SELECTION): its
+# samples are scored by the search's PRM only.
+MATCHED_SELECTIONS = ("pass", "maj", "prm-min", "prm-mean", "prm-last")
 _SEARCH_ARM = re.compile(r"^bon:(?P<method>[a-z][a-z-]*)@(?P<n>[1-9][0-9]*)$")
 
 
@@ -296,7 +299,8 @@ _SEARCH_ARM = re.compile(r"^bon:(?P<method>[a-z][a-z-]*)@(?P<n>[1-9][0-9]*)$")
 class SearchArm:
     """A comparison arm scored from a search stage's outputs rather than a policy's evaluation:
     `stage` is its folder under results/search/{task}/ (best-of-n or hgs), `method` the
-    selection (greedy, hgs or one of BEST_OF_N_SELECTIONS), `n` the samples it chooses from."""
+    selection (greedy, hgs, one of BEST_OF_N_SELECTIONS, or at stage hgs one of
+    MATCHED_SELECTIONS over the compute-matched samples), `n` the samples it chooses from."""
 
     stage: str
     method: str
@@ -304,12 +308,20 @@ class SearchArm:
 
 
 def search_arm(arm: str) -> SearchArm | None:
-    """The search arm `arm` names (hgs, bon:greedy or bon:SELECTION@N), None for a policy.
+    """The search arm `arm` names (hgs, hgs-matched:SELECTION, bon:greedy or
+    bon:SELECTION@N), None for a policy.
 
-    Raises ReasonRLError for a bon: arm of another form or an unknown selection.
+    Raises ReasonRLError for a bon: or hgs-matched: arm of another form or selection.
     """
     if arm == "hgs":
         return SearchArm("hgs", "hgs")
+    if arm.startswith("hgs-matched:"):
+        selection = arm.removeprefix("hgs-matched:")
+        if selection not in MATCHED_SELECTIONS:
+            raise ReasonRLError(
+                f"'{arm}' selects by '{selection}', not one of {', '.join(MATCHED_SELECTIONS)}"
+            )
+        return SearchArm("hgs", selection)
     if not arm.startswith("bon:"):
         return None
     if arm == "bon:greedy":

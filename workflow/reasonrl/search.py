@@ -12,6 +12,10 @@ node has `max_bandwidth` children; then take a neutral child if there is one, el
 backtrack to the parent (the node's own step counts as a negative child there). Total
 expansions are capped at `max_iterations`; a capped (or exhausted) search answers by
 completing its current state.
+
+Compute-matched sampling (the HGS stage's baseline): per problem, independent full samples at
+HGS's temperature until that problem's HGS budget of policy calls (model turns) is spent,
+answered by the same majority vote and PRM pick as best-of-N (hgs-matched:SELECTION arms).
 """
 
 from __future__ import annotations
@@ -122,8 +126,13 @@ def search_arm_scores(arm: SearchArm, folder: str | Path) -> dict[str, float]:
     HGS-PRM answer (hgs/trajectories.jsonl) or of the greedy decoding (best-of-n/greedy.jsonl),
     or for bon:SELECTION@N the best-of-N table's own per-problem value (problem_accuracy):
     0/1 at N = the samples drawn (a vote tied between t answers scores 1/t), the expectation
-    over N-subsets below it."""
+    over N-subsets below it; for hgs-matched:SELECTION the same value among all of a problem's
+    compute-matched samples (hgs/matched.jsonl)."""
     folder = Path(folder)
+    if arm.stage == "hgs" and arm.method != "hgs":
+        return {
+            pid: matched_accuracy([g], f"{arm.method}@N") for pid, g in read_matched(folder).items()
+        }
     if arm.method == "hgs":
         rows = read_jsonl(folder / "trajectories.jsonl", schema="trajectory")
         return _one_per_problem(rows, folder / "trajectories.jsonl")
@@ -150,6 +159,24 @@ def read_best_of_n(folder: str | Path) -> dict[str, dict[str, Any]]:
     return best_of_n_groups(
         read_jsonl(folder / "samples.jsonl", schema="trajectory"),
         read_jsonl(folder / "scores.jsonl"),
+    )
+
+
+def read_matched(folder: str | Path) -> dict[str, dict[str, Any]]:
+    """best_of_n_groups of the HGS stage's compute-matched samples (matched.jsonl,
+    matched_scores.jsonl): a problem has as many samples as its HGS budget paid for."""
+    folder = Path(folder)
+    return best_of_n_groups(
+        read_jsonl(folder / "matched.jsonl", schema="trajectory"),
+        read_jsonl(folder / "matched_scores.jsonl"),
+    )
+
+
+def matched_accuracy(groups: Iterable[dict[str, Any]], method: str) -> float:
+    """Mean over problems of `method` ("maj@N", "SCORER@N", ...) choosing among all of each
+    problem's compute-matched samples."""
+    return float(
+        np.mean([problem_accuracy(g, method, len(g["correct"]), len(g["correct"])) for g in groups])
     )
 
 
@@ -285,3 +312,28 @@ def run_hgs(
             search.receive(step, verdict, final)
         round_no += 1
     return searches
+
+
+# sample(problem indices, calls left per problem, round) -> one full sample per problem, made
+# with at most that many model calls (its "num_turns").
+Sampler = Callable[[list[int], list[int], int], list[dict]]
+
+
+def sample_to_budget(budgets: Sequence[int], sample: Sampler) -> list[list[dict]]:
+    """Independent full samples per problem until its call budget is spent, in lockstep rounds
+    (one batch per round); a sample is capped at the calls its problem has left, so each
+    problem spends exactly its budget. Rows get "sample" = their order within the problem."""
+    left, made = list(budgets), [[] for _ in budgets]
+    round_no = 0
+    while ids := [i for i, calls in enumerate(left) if calls > 0]:
+        rows = sample(ids, [left[i] for i in ids], round_no)
+        for i, row in zip(ids, rows, strict=True):
+            if not 1 <= row["num_turns"] <= left[i]:
+                raise ReasonRLError(
+                    f"a matched sample of problem {i} made {row['num_turns']} calls, "
+                    f"with {left[i]} left"
+                )
+            left[i] -= row["num_turns"]
+            made[i].append({**row, "sample": len(made[i])})
+        round_no += 1
+    return made

@@ -15,9 +15,13 @@ from reasonrl.generation import SamplingParams
 from reasonrl.rewards.models import load_reward_model
 from reasonrl.rewards.scoring import score_steps, step_classes
 from reasonrl.rewards.steps import trajectory_steps
-from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts
+from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.tasks import prompt_messages
+
+# The compute-matched samples' seeds start this far from the search's (which add 1009 per
+# round): distinct streams within a shard's SEED_STRIDE.
+MATCHED_SEED_OFFSET = 500_009
 
 
 class ToolStepModel:
@@ -33,14 +37,20 @@ class ToolStepModel:
         self.prm, self.tokenizer, info = load_reward_model(prm_folder, config["policy"]["dtype"])
         self.labels = info["labels"]
         self.problems: list[dict] = []
-        self.generated: list[int] = []
+        self.generated: list[int] = []  # policy calls (model turns) per problem
+        self.tokens: list[int] = []  # tokens those calls generated
 
     def for_problems(self, problems: list[dict], seed: int) -> ToolStepModel:
         """This model (engine and PRM shared) searching `problems` with its own `seed`: a
         shard's search depends only on its problems and seed."""
         model = copy.copy(self)
-        model.problems, model.seed, model.generated = problems, seed, [0] * len(problems)
+        model.problems, model.seed = problems, seed
+        model.generated, model.tokens = [0] * len(problems), [0] * len(problems)
         return model
+
+    def _count(self, index: int, row: dict, calls: int) -> None:
+        self.generated[index] += calls
+        self.tokens[index] += row["num_tokens"]  # a continuation counts only its own tokens
 
     def _prefix(self, index: int, path: list) -> list[dict]:
         if path:
@@ -67,7 +77,7 @@ class ToolStepModel:
             ]
             rows = continue_rollouts(self.engine, prefixes, params, limits, self.sandbox)
             for j, row in zip(members, rows, strict=True):
-                self.generated[ids[j]] += 1
+                self._count(ids[j], row, 1)
                 final = row["finish_reason"] != "max_turns" or turns + 1 >= self.limits.max_turns
                 out[j] = ({"messages": row["messages"], "row": row}, final)
         return out
@@ -105,6 +115,28 @@ class ToolStepModel:
             else []
         )
         for i, row in zip(todo, done, strict=True):
-            self.generated[i] += row["num_turns"] - len(searches[i].path())
+            self._count(i, row, row["num_turns"] - len(searches[i].path()))
             rows[i] = row
         return rows
+
+    def sample(self, ids: list[int], calls_left: list[int], round_no: int) -> list[dict]:
+        """One full sample per problem at the search's temperature, made with at most its
+        calls left (model turns, counted as the search counts them): the compute-matched
+        baseline's sampler (reasonrl.search.sample_to_budget)."""
+        params = SamplingParams(
+            temperature=self.section["temperature"],
+            top_p=self.section["top_p"],
+            seed=self.seed + MATCHED_SEED_OFFSET + 1009 * round_no,
+        )
+        out: list[dict | None] = [None] * len(ids)
+        by_cap: dict[int, list[int]] = {}
+        for j, left in enumerate(calls_left):
+            by_cap.setdefault(min(left, self.limits.max_turns), []).append(j)
+        for cap, members in by_cap.items():
+            limits = RolloutLimits(cap, self.limits.max_turn_tokens, self.limits.max_total_tokens)
+            problems = [self.problems[ids[j]] for j in members]
+            style = self.section["style"]
+            rows = run_rollouts(self.engine, problems, style, 1, params, limits, self.sandbox)
+            for j, row in zip(members, rows, strict=True):
+                out[j] = row
+        return out

@@ -704,6 +704,13 @@ SEARCH_ARM_FILES = {
     "greedy": ["greedy.jsonl"],
 }
 BEST_OF_N_ARM_FILES = ["samples.jsonl", "scores.jsonl"]
+MATCHED_ARM_FILES = ["matched.jsonl", "matched_scores.jsonl"]
+
+
+def search_arm_files(spec):
+    if spec.stage == "hgs" and spec.method != "hgs":
+        return MATCHED_ARM_FILES  # hgs-matched:SELECTION
+    return SEARCH_ARM_FILES.get(spec.method, BEST_OF_N_ARM_FILES)
 
 
 def comparison_search_folders():
@@ -715,8 +722,7 @@ def comparison_search_folders():
             spec = search_arm(comparison[side])
             if spec:
                 key = f"{comparison['task']}/{spec.stage}"
-                files = SEARCH_ARM_FILES.get(spec.method, BEST_OF_N_ARM_FILES)
-                folders.setdefault(key, set()).update(files)
+                folders.setdefault(key, set()).update(search_arm_files(spec))
     return {key: sorted(files) for key, files in sorted(folders.items())}
 
 

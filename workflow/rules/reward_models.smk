@@ -237,6 +237,8 @@ rule hgs_search:
         metrics="results/search/{task}/hgs/hgs.json",
         csv="results/search/{task}/hgs/hgs.csv",
         trajectories="results/search/{task}/hgs/trajectories.jsonl",
+        matched="results/search/{task}/hgs/matched.jsonl",
+        matched_scores="results/search/{task}/hgs/matched_scores.jsonl",
         manifest="results/search/{task}/hgs/manifest.json",
     log:
         "logs/search/{task}/hgs.log",

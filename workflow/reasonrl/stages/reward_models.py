@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from reasonrl import tables
+from reasonrl.config import MATCHED_SELECTIONS
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl, write_text
@@ -34,7 +35,14 @@ from reasonrl.rewards.steps import (
 from reasonrl.rewards.trainers import TRAINERS
 from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
-from reasonrl.search import best_of_n_metrics, run_hgs, sample_then_filter
+from reasonrl.search import (
+    best_of_n_groups,
+    best_of_n_metrics,
+    matched_accuracy,
+    run_hgs,
+    sample_then_filter,
+    sample_to_budget,
+)
 from reasonrl.shards import ONE_JOB, ShardStore, Split, fingerprint, shard_seed
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tables import frame, markdown
@@ -344,7 +352,9 @@ def hgs_search(
 ) -> dict:
     """HGS-PRM vs greedy vs sample-then-filter on the same test problems (greedy decoding and
     the samples come from the best-of-N stage; a part job of `split` makes its share of the
-    shards)."""
+    shards), and HGS's compute-matched baseline: per problem, samples at HGS's temperature
+    until the policy calls HGS made there are spent (matched.jsonl), scored by the same PRM
+    (matched_scores.jsonl) for the hgs-matched:SELECTION arms."""
     section, seed = config["reward_models"], config["seed"]
     bon = Path(best_of_n_dir)
     inputs = [policy, prm, problems_path, str(bon / "scores.jsonl")]
@@ -372,19 +382,28 @@ def hgs_search(
         rows = model.finish(searches)  # counts the steps of the greedy completions too
         summaries = [
             {
+                "problem_id": problem["id"],
                 "finished": s.finished,
                 "backtracks": sum(e[0] == "backtrack" for e in s.events),
                 "generated": generated,
+                "tokens": tokens,
             }
-            for s, generated in zip(searches, model.generated, strict=True)
+            for problem, s, generated, tokens in zip(
+                part, searches, model.generated, model.tokens, strict=True
+            )
         ]
-        return {"rows": rows, "searches": summaries}
+        matched = sample_to_budget(model.generated, model.sample)
+        return {"rows": rows, "searches": summaries, "matched": [r for m in matched for r in m]}
 
     shards = _shards("hgs-search", config, provenance, out_dir, split)
     made = shards.map("problems", problems, config["generation"]["shard_size"], shard)
     if split.is_part:
         return shards.publish_part(scheduler_provenance())
-    rows, searches = made["rows"], made["searches"]
+    rows, searches, matched = made["rows"], made["searches"], made["matched"]
+    by_id = {p["id"]: p for p in problems}
+    stepper.cache_clear()  # score_samples loads the PRM afresh: do not hold two copies
+    matched_scores = score_samples(config, by_id, matched, {"prm": prm})
+    matched_groups = best_of_n_groups(matched, matched_scores).values()
     n_filter = hgs["filter_samples"]
     kept = [g[:n_filter] for g in _group(samples).values()]
     filtered = sample_then_filter(
@@ -400,10 +419,23 @@ def hgs_search(
         "hgs": {
             "accuracy": float(np.mean([r["correct"] for r in rows])),
             "steps_per_problem": float(np.mean([s["generated"] for s in searches])),
+            "calls_total": sum(s["generated"] for s in searches),
+            "tokens_per_problem": float(np.mean([s["tokens"] for s in searches])),
+            "tokens_total": sum(s["tokens"] for s in searches),
+            "calls": {s["problem_id"]: s["generated"] for s in searches},
             "finished": {
                 k: sum(s["finished"] == k for s in searches) for k in ("answer", "cap", "exhausted")
             },
             "backtracks": sum(s["backtracks"] for s in searches),
+        },
+        "matched": {
+            "samples_per_problem": len(matched) / len(problems),
+            "calls_total": sum(r["num_turns"] for r in matched),
+            "tokens_total": sum(r["num_tokens"] for r in matched),
+            **{
+                f"{selection}_accuracy": matched_accuracy(matched_groups, f"{selection}@N")
+                for selection in MATCHED_SELECTIONS
+            },
         },
         "sample_then_filter": {
             **filtered,
@@ -413,6 +445,8 @@ def hgs_search(
     }
     out = Path(out_dir)
     write_jsonl(out / "trajectories.jsonl", rows, schema="trajectory")
+    write_jsonl(out / "matched.jsonl", matched, schema="trajectory")
+    write_jsonl(out / "matched_scores.jsonl", matched_scores)
     write_json(out / "hgs.json", metrics)
     write_csv(
         out / "hgs.csv",
@@ -428,6 +462,7 @@ def hgs_search(
                 "accuracy": filtered["accuracy_after"],
                 "steps_per_problem": metrics["sample_then_filter"]["steps_per_problem"],
             },
+            *matched_rows(metrics),
         ],
     )
     provenance.write(out, {"hgs_accuracy": metrics["hgs"]["accuracy"], **shards.adopted_parts()})
@@ -533,8 +568,24 @@ def hgs_rows(paths: list[str]) -> list[dict]:
                 "accuracy": stf["accuracy_after"],
                 "steps_per_problem": stf["steps_per_problem"],
             },
+            *({"task": task, **row} for row in matched_rows(metrics)),
         ]
     return rows
+
+
+def matched_rows(metrics: dict) -> list[dict]:
+    """hgs.json's compute-matched baseline, one row per selection (its steps per problem are
+    HGS's policy calls, which it spends exactly)."""
+    matched = metrics["matched"]
+    calls = matched["calls_total"] / metrics["n_problems"]
+    return [
+        {
+            "method": f"hgs-matched:{selection}",
+            "accuracy": matched[f"{selection}_accuracy"],
+            "steps_per_problem": calls,
+        }
+        for selection in MATCHED_SELECTIONS
+    ]
 
 
 def prm_rows(folders: list[str]) -> list[dict]:
