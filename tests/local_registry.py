@@ -58,8 +58,9 @@ class LocalRegistry:
         return self
 
     def stop(self) -> None:
-        """Stops the registry and untags every local image named after it: each session's
-        pushed and pulled image is ~3 GB, and kept tags filled the CI machine's disk."""
+        """Stops the registry and removes every local reference named after it: each
+        session's pushed and pulled image is ~3 GB, and kept references filled the CI
+        machine's disk."""
         self.remove_local_tags()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -70,7 +71,8 @@ class LocalRegistry:
                 self.process.wait()
 
     def remove_local_tags(self) -> list[str]:
-        """Untags the local Docker images named `<host>/...`; returns the tags removed."""
+        """Removes the local Docker references named `<host>/...`, tags and the digest
+        references an image pulled by digest carries instead of a tag; returns them."""
         import docker
 
         try:
@@ -78,10 +80,15 @@ class LocalRegistry:
             images = client.images.list()
         except docker.errors.DockerException:
             return []  # no daemon, nothing tagged
-        tags = [tag for image in images for tag in image.tags if tag.startswith(f"{self.host}/")]
-        for tag in tags:
-            client.images.remove(tag)
-        return tags
+        references = [
+            reference
+            for image in images
+            for reference in [*image.tags, *image.attrs.get("RepoDigests", [])]
+            if reference.startswith(f"{self.host}/")
+        ]
+        for reference in references:
+            client.images.remove(reference)
+        return references
 
     def _answers(self) -> bool:
         try:

@@ -26,7 +26,7 @@ from local_registry import LocalRegistry
 from run_results import differing_results
 from slurm_cluster import _free_port
 
-from reasonrl.containers.build import remove_replaced_image
+from reasonrl.containers.build import LOCAL_BASE_REPOSITORY, remove_replaced_image
 from reasonrl.containers.lock import StageImage, load_lock, rewrite_image_fields
 from reasonrl.containers.publish import check_registry, publish_image
 from reasonrl.containers.runner import ContainerSpec, host_config
@@ -490,17 +490,29 @@ def pulled_cpu_image(published_cpu_image) -> StageImage:
     return image
 
 
+BASE_IMAGE = f"{LOCAL_BASE_REPOSITORY}:bookworm"
+
+
 @pytest.mark.timeout(HEAVY_TIMEOUT)
-def test_stopping_the_registry_untags_its_images_and_keeps_the_others(cpu_image, tmp_path):
+def test_stopping_the_registry_removes_its_references_and_keeps_the_images(cpu_image, tmp_path):
     import docker
 
     client = docker.from_env()
-    image_id = load_lock(cpu_image).images["cpu"]["image_id"]
+    base = client.images.get(BASE_IMAGE)  # small: the base the session's CPU image built on
     registry = LocalRegistry(tmp_path).start()
-    client.images.get(image_id).tag(f"{registry.host}/reasonrl/probe", "1")
+    repository = f"{registry.host}/reasonrl/probe"
+    base.tag(repository, "1")
+    client.images.push(repository, tag="1")
+    digest = client.images.get_registry_data(f"{repository}:1").id
+    client.images.remove(f"{repository}:1")
+    client.images.pull(f"{repository}@{digest}")  # by digest: a reference that is not a tag
+    assert any(r.startswith(registry.host) for r in client.images.get(base.id).attrs["RepoDigests"])
     registry.stop()
-    assert not [t for i in client.images.list() for t in i.tags if t.startswith(registry.host)]
-    assert client.images.get(image_id).id == image_id
+    image = client.images.get(base.id)
+    assert [
+        r for r in [*image.tags, *image.attrs["RepoDigests"]] if r.startswith(registry.host)
+    ] == []
+    assert BASE_IMAGE in image.tags
 
 
 def test_publish_of_a_gpu_image_not_built_here_says_how_to_build_it():
