@@ -133,8 +133,6 @@ def compare(
     _, values_a, values_b = paired_scores(scores_a, scores_b, name)
     low, high = paired_bootstrap_ci(values_a, values_b)
     binary = is_binary(values_a) and is_binary(values_b)
-    if margin > 0:
-        return _noninferiority_row(name, metric, a, b, values_a, values_b, margin, (low, high))
     row: dict[str, Any] = {
         "name": name,
         "metric": metric,
@@ -146,9 +144,14 @@ def compare(
         "diff": float((values_a - values_b).mean()),
         "ci_low": low,
         "ci_high": high,
-        "test": "mcnemar_exact" if binary else "wilcoxon_signed_rank",
-        "p": mcnemar_exact_p(values_a, values_b) if binary else signed_rank_p(values_a, values_b),
     }
+    if margin > 0:
+        row["margin"] = margin
+        row["test"] = "noninferiority_paired_t"
+        row["p"] = noninferiority_p(values_a, values_b, margin)
+        return row
+    row["test"] = "mcnemar_exact" if binary else "wilcoxon_signed_rank"
+    row["p"] = mcnemar_exact_p(values_a, values_b) if binary else signed_rank_p(values_a, values_b)
     if binary:
         row["power"] = mcnemar_power(
             len(values_a),
@@ -156,33 +159,6 @@ def compare(
             float(((values_a == 0) & (values_b == 1)).mean()),
         )
     return row
-
-
-def _noninferiority_row(
-    name: str,
-    metric: str,
-    a: str,
-    b: str,
-    values_a: np.ndarray,
-    values_b: np.ndarray,
-    margin: float,
-    ci: tuple[float, float],
-) -> dict:
-    return {
-        "name": name,
-        "metric": metric,
-        "a": a,
-        "b": b,
-        "n": len(values_a),
-        "value_a": float(values_a.mean()),
-        "value_b": float(values_b.mean()),
-        "diff": float((values_a - values_b).mean()),
-        "ci_low": ci[0],
-        "ci_high": ci[1],
-        "margin": margin,
-        "test": "noninferiority_paired_t",
-        "p": noninferiority_p(values_a, values_b, margin),
-    }
 
 
 def holm(rows: Sequence[dict], alpha: float = 0.05) -> list[dict]:
