@@ -6,7 +6,6 @@ frozen weights are the start's, and an online learner sends its generator the me
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,9 @@ from transformers import AutoModelForSequenceClassification
 
 from reasonrl.config import validate_config
 from reasonrl.io import write_jsonl
-from reasonrl.models import DTYPES, from_pretrained, load_policy, load_tokenizer
+from reasonrl.models import DTYPES, from_pretrained, load_policy
 from reasonrl.online_dpo.actors import GeneratorProcess
-from reasonrl.rewards.models import INFO_FILE, load_reward_model
+from reasonrl.rewards.models import load_reward_model
 from reasonrl.stages._train import TrainingRun
 from reasonrl.stages.online_dpo import online_dpo as run_online
 from reasonrl.stages.ppo import ppo as run_ppo
@@ -158,15 +157,7 @@ def _ppo_inputs(tiny_policy: Path, folder: Path) -> tuple[Path, Path]:
     for row in problems:
         row["question"] = row["question"][:60]
     write_jsonl(folder / "train.jsonl", problems, schema="problem")
-    rm = folder / "rm"
-    tokenizer = load_tokenizer(tiny_policy)
-    torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_policy, num_labels=1)
-    model.config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(rm)
-    tokenizer.save_pretrained(rm)
-    (rm / INFO_FILE).write_text(json.dumps({"kind": "bt"}))
-    return folder / "train.jsonl", rm
+    return folder / "train.jsonl", test_online_dpo.bt_reward_model(tiny_policy, folder / "rm")
 
 
 def test_lora_ppo_trains_the_adapters_of_policy_and_critic_and_the_value_head(

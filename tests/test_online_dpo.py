@@ -397,7 +397,7 @@ def test_generator_updates_weights_without_restart(online_setup):
     assert not generator.process.is_alive()
 
 
-def _bt_reward_model(policy: Path, out: Path) -> Path:
+def bt_reward_model(policy: Path, out: Path) -> Path:
     """An (untrained) Bradley-Terry RM on the policy's trunk: scores vary with the text."""
     from transformers import AutoModelForSequenceClassification
 
@@ -421,7 +421,7 @@ def test_generator_scores_samples_with_the_bt_reward_model(online_setup, tmp_pat
     from reasonrl.rewards.scoring import bt_scores
 
     config, folder = online_setup
-    rm = _bt_reward_model(folder / "policy", tmp_path / "rm")
+    rm = bt_reward_model(folder / "policy", tmp_path / "rm")
     section = {**config["online_dpo"], "loss": "dpo", "reward": "rm", "eos_penalty": 0.5}
     spec = _spec(
         {**config, "online_dpo": section}, folder / "policy", _problems(folder),
