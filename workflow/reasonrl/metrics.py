@@ -119,8 +119,11 @@ def weighted_maj_at_k(
     members = np.array([[answer == a for a in voted] for answer in answers], dtype=float)
     right = (np.asarray(correct, dtype=float) @ members) / members.sum(axis=0)
     subsets = _k_subsets(n, k, max_subsets)
-    present = subsets @ members > 0
-    sums = subsets @ (members * np.asarray(weights, dtype=float)[:, None])
+    # one product gives each subset's votes and weight sums per answer
+    votes, sums = np.hsplit(
+        subsets @ np.hstack([members, members * np.asarray(weights, dtype=float)[:, None]]), 2
+    )
+    present = votes > 0
     best = np.where(present, sums, -np.inf).max(axis=1, keepdims=True)
     winners = present & np.isclose(sums, best, rtol=WEIGHTED_VOTE_TIE_RTOL, atol=0.0)
     n_winners = winners.sum(axis=1)
@@ -128,7 +131,7 @@ def weighted_maj_at_k(
     return float(wins.mean())
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=8)
 def _k_subsets(n: int, k: int, max_subsets: int) -> np.ndarray:
     """(subsets, n) membership rows, one per k-subset of n samples: all of them, or
     max_subsets uniformly random ones where there are more (the same ones for every problem
@@ -138,8 +141,8 @@ def _k_subsets(n: int, k: int, max_subsets: int) -> np.ndarray:
     else:
         keys = np.random.default_rng(WEIGHTED_VOTE_SEED).random((max_subsets, n))
         chosen = np.argpartition(keys, k - 1, axis=1)[:, :k]
-    rows = np.zeros((len(chosen), n), dtype=bool)
-    np.put_along_axis(rows, chosen, True, axis=1)
+    rows = np.zeros((len(chosen), n))  # float, as the products with it need
+    np.put_along_axis(rows, chosen, 1.0, axis=1)
     rows.setflags(write=False)
     return rows
 
