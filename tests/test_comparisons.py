@@ -247,6 +247,8 @@ def test_a_search_arm_scores_each_problem_as_the_best_of_n_table_does(tmp_path):
         ("bon:prm-min@4", "prm-min@N", 4),
         ("bon:orm@2", "orm@N", 2),
         ("bon:pass@4", "pass@N", 4),
+        ("bon:vote-prm-min@4", "vote-prm-min@N", 4),
+        ("bon:vote-orm@2", "vote-orm@N", 2),
     ]:
         scores = search_arm_scores(search_arm(arm), folder)
         assert sorted(scores) == [f"arith-test-{i:05d}" for i in range(4)]
@@ -255,6 +257,11 @@ def test_a_search_arm_scores_each_problem_as_the_best_of_n_table_does(tmp_path):
     # PRM's top sample is right on p1 only.
     assert list(search_arm_scores(search_arm("bon:maj@4"), folder).values()) == [1, 0, 0, 0.5]
     assert list(search_arm_scores(search_arm("bon:prm-min@4"), folder).values()) == [0, 1, 0, 0]
+    # Weighted by PRM-min: "4" (0.8) beats "3" (0.5) on p0, "6" (0.9) beats "7" (0.3) on p1,
+    # "9" (0.9) beats "8" (0.7) on p3; by the ORM, "8" and "9" tie at 0.5 on p3.
+    vote = search_arm_scores(search_arm("bon:vote-prm-min@4"), folder)
+    assert list(vote.values()) == [0, 1, 0, 0]
+    assert list(search_arm_scores(search_arm("bon:vote-orm@4"), folder).values()) == [1, 1, 0, 0.5]
     greedy = search_arm_scores(search_arm("bon:greedy"), folder)
     assert greedy == {"arith-test-00000": 1.0, "arith-test-00001": 0.0,
                       "arith-test-00002": 0.0, "arith-test-00003": 0.0}  # fmt: skip
@@ -288,8 +295,9 @@ def test_search_arm_selections_are_the_scorers_the_reward_models_write():
     from reasonrl.config import BEST_OF_N_SELECTIONS
     from reasonrl.rewards.scoring import AGGREGATIONS
 
-    scorers = {"bt", "orm"} | {f"prm-{how}" for how in AGGREGATIONS}
-    assert set(BEST_OF_N_SELECTIONS) == {"pass", "maj"} | scorers
+    probabilities = {"orm"} | {f"prm-{how}" for how in AGGREGATIONS}
+    votes = {f"vote-{scorer}" for scorer in probabilities}  # the BT-RM's logit weighs none
+    assert set(BEST_OF_N_SELECTIONS) == {"pass", "maj", "bt"} | probabilities | votes
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""pass@k and maj@k against brute force over subsets; summarize on hand-made rows."""
+"""pass@k, maj@k and the weighted maj@k against brute force over subsets; summarize on
+hand-made rows."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections import Counter
 import pytest
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.metrics import maj_at_k, metrics_rows, pass_at_k, summarize
+from reasonrl.metrics import maj_at_k, metrics_rows, pass_at_k, summarize, weighted_maj_at_k
 
 
 def brute_pass_at_k(correct: list[bool], k: int) -> float:
@@ -113,6 +114,85 @@ def test_maj_at_k_rejects_k_above_n_and_mismatched_lengths():
         maj_at_k(["1", "2"], [True, False], 3)
     with pytest.raises(ValueError):
         maj_at_k(["1", "2"], [True], 1)
+
+
+def brute_weighted_maj_at_k(answers, correct, weights, k) -> float:
+    """Mean over all size-k subsets of the tie-split chance that the answer with the largest
+    weight sum is correct."""
+    is_right = {a: c for a, c in zip(answers, correct, strict=True) if a is not None}
+    total = 0.0
+    subsets = list(itertools.combinations(range(len(answers)), k))
+    for subset in subsets:
+        sums = Counter()
+        for i in subset:
+            if answers[i] is not None:
+                sums[answers[i]] += weights[i]
+        if not sums:
+            continue
+        top = max(sums.values())
+        winners = [a for a, v in sums.items() if v == top]
+        total += sum(is_right[a] for a in winners) / len(winners)
+    return total / len(subsets)
+
+
+def test_weighted_maj_at_k_matches_enumeration_on_random_cases():
+    rng = random.Random(2)
+    for _ in range(60):
+        n = rng.randint(1, 9)
+        answers = [rng.choice(["a", "b", "c", None]) for _ in range(n)]
+        correct = [a == "a" for a in answers]
+        # quarters sum without rounding, so ties are exact; a zero weight still votes
+        weights = [rng.choice([0.0, 0.25, 0.5, 1.0, rng.random()]) for _ in range(n)]
+        k = rng.randint(1, n)
+        assert weighted_maj_at_k(answers, correct, weights, k) == pytest.approx(
+            brute_weighted_maj_at_k(answers, correct, weights, k), abs=1e-12
+        )
+
+
+@pytest.mark.parametrize("answers, correct", MAJ_CASES)
+def test_weighted_maj_at_k_with_equal_weights_is_maj_at_k(answers, correct):
+    for k in range(1, len(answers) + 1):
+        assert weighted_maj_at_k(answers, correct, [0.5] * len(answers), k) == pytest.approx(
+            maj_at_k(answers, correct, k), abs=1e-12
+        )
+
+
+def test_weighted_vote_follows_the_weights_where_the_count_disagrees():
+    # three low-scored samples say 7, two high-scored ones say 9 (right): the plurality is 7,
+    # the weighted vote 9 (0.9 + 0.9 > 3 x 0.1)
+    answers, correct = ["7", "7", "7", "9", "9"], [False, False, False, True, True]
+    assert weighted_maj_at_k(answers, correct, [0.1, 0.1, 0.1, 0.9, 0.9], 5) == 1.0
+    assert maj_at_k(answers, correct, 5) == 0.0
+    # the same votes scored alike: the weighted vote agrees with the plurality
+    assert weighted_maj_at_k(answers, correct, [0.6, 0.5, 0.7, 0.6, 0.5], 5) == 0.0
+
+
+def test_weighted_maj_at_k_ties_split_and_only_none_scores_zero():
+    assert weighted_maj_at_k(["3", "4"], [True, False], [0.5, 0.5], 2) == pytest.approx(0.5)
+    # 0.1 + 0.2 and 0.3 differ by float rounding only: still a tie
+    assert weighted_maj_at_k(["3", "3", "4"], [True, True, False], [0.1, 0.2, 0.3], 3) == 0.5
+    assert weighted_maj_at_k([None, None], [False, False], [0.9, 0.9], 1) == 0.0
+
+
+def test_weighted_maj_at_k_samples_subsets_beyond_its_enumeration_budget():
+    rng = random.Random(3)
+    answers = [rng.choice(["a", "b", "c", None]) for _ in range(14)]
+    correct = [a == "a" for a in answers]
+    weights = [rng.random() for _ in answers]
+    exact = weighted_maj_at_k(answers, correct, weights, 7)  # C(14, 7) = 3432 subsets
+    sampled = weighted_maj_at_k(answers, correct, weights, 7, max_subsets=2000)
+    assert sampled != exact  # an estimate from 2000 random subsets, standard error <= 0.011
+    assert sampled == pytest.approx(exact, abs=0.04)
+    assert weighted_maj_at_k(answers, correct, weights, 7, max_subsets=2000) == sampled
+
+
+def test_weighted_maj_at_k_rejects_negative_weights_and_mismatched_lengths():
+    with pytest.raises(ValueError, match="non-negative weights"):
+        weighted_maj_at_k(["1", "2"], [True, False], [0.5, -0.1], 1)
+    with pytest.raises(ValueError):
+        weighted_maj_at_k(["1", "2"], [True, False], [0.5], 1)
+    with pytest.raises(ValueError):
+        weighted_maj_at_k(["1", "2"], [True, False], [0.5, 0.5], 3)
 
 
 def trajectory(

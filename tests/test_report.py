@@ -192,7 +192,7 @@ def test_best_of_n_curves_run_over_powers_of_two_up_to_the_samples_drawn(tmp_pat
     folder = write_best_of_n(tmp_path / "search/arith/best-of-n")
     report_pages({}, str(tmp_path / "pages"), {"arith": str(folder)})
     rows = json.loads((tmp_path / "pages" / "best_of_n_curves.json").read_text())
-    methods = {"pass@1", "pass@N", "maj@N", "orm@N", "prm-min@N"}
+    methods = {"pass@1", "pass@N", "maj@N", "vote-orm@N", "vote-prm-min@N", "orm@N", "prm-min@N"}
     assert {(row["task"], row["method"], row["N"]) for row in rows} == {
         ("arith", method, n) for method in methods for n in (1, 2, 4)
     }
@@ -201,6 +201,8 @@ def test_best_of_n_curves_run_over_powers_of_two_up_to_the_samples_drawn(tmp_pat
     assert [{k: v for k, v in row.items() if k != "task"} for row in rows] == table["rows"]
     by_key = {(row["method"], row["N"]): row["accuracy"] for row in rows}
     assert by_key["pass@N", 4] == 0.75 and by_key["maj@N", 4] == 0.375  # the ceiling, the vote
+    # weighted by the ORM: right on p0 (1.4 for "3") and p1 (0.8 for "6"), a 0.5-0.5 tie on p3
+    assert by_key["vote-orm@N", 4] == 0.625
     csv_text = (tmp_path / "pages" / "best_of_n_curves.csv").read_text()
     assert csv_text.startswith("task,N,method,accuracy,ci_low,ci_high")
     assert (tmp_path / "pages" / "best_of_n.png").read_bytes().startswith(PNG_MAGIC)

@@ -607,6 +607,9 @@ def test_score_rlhflow_imports_the_format_and_reranks(tiny_policy, tmp_path):
     assert table["n_problems"] == 2 and table["n_samples"] == 2
     by = {(r["N"], r["method"]): r["accuracy"] for r in table["rows"]}
     assert {"orm@N", "prm-mean@N", "prm-min@N", "prm-last@N", "maj@N"} <= {m for _, m in by}
+    assert {"vote-orm@N", "vote-prm-mean@N", "vote-prm-min@N", "vote-prm-last@N"} <= {
+        m for _, m in by
+    }
     assert by[(2, "pass@N")] == 0.5 and by[(1, "pass@1")] == 0.25
     assert (tmp_path / "out/best_of_n.csv").is_file()
 

@@ -13,6 +13,7 @@ from reasonrl.search import (
     HGSSearch,
     best_of_n_expected,
     best_of_n_metrics,
+    problem_accuracy,
     run_hgs,
     sample_then_filter,
     sample_to_budget,
@@ -59,6 +60,31 @@ def test_best_of_n_metrics_rows_and_a_perfect_scorer():
     assert rows[(4, "maj@N")]["accuracy"] == pytest.approx(0.5)  # "1" wins problem 1; "5" problem 2
     assert rows[(1, "pass@1")]["accuracy"] == pytest.approx((1 / 4 + 2 / 4) / 2)
     assert rows[(4, "oracle@N")]["ci_low"] <= 1.0 <= rows[(4, "oracle@N")]["ci_high"]
+
+
+def test_best_of_n_metrics_weigh_the_vote_by_the_probability_scorers():
+    # p0: three low-scored samples say 7, two high-scored ones say 9 (right); p1: the
+    # scores agree with the count
+    groups = [
+        {
+            "correct": [False, False, False, True, True],
+            "answers": ["7", "7", "7", "9", "9"],
+            "scores": {"prm-min": [0.1, 0.1, 0.1, 0.9, 0.9], "bt": [2.0, 1.0, 0.5, -1.0, -3.0]},
+        },
+        {
+            "correct": [True, True, True, False, False],
+            "answers": ["7", "7", "7", "9", "9"],
+            "scores": {"prm-min": [0.6, 0.5, 0.7, 0.6, 0.5], "bt": [0.0] * 5},
+        },
+    ]
+    table = best_of_n_metrics(groups, [5], ["bt", "prm-min"])
+    rows = {r["method"]: r["accuracy"] for r in table["rows"]}
+    assert list(rows) == ["pass@1", "pass@N", "maj@N", "vote-prm-min@N", "bt@N", "prm-min@N"]
+    assert rows["maj@N"] == 0.5  # 7 both times: wrong on p0, right on p1
+    assert rows["vote-prm-min@N"] == 1.0  # 9 on p0 (1.8 > 0.3), 7 on p1 (1.8 > 1.1)
+    by_problem = [problem_accuracy(g, "vote-prm-min@N", 5, 5) for g in groups]
+    assert by_problem == [1.0, 1.0]
+    assert [problem_accuracy(g, "maj@N", 5, 5) for g in groups] == [0.0, 1.0]
 
 
 def test_sample_then_filter_drops_samples_with_a_negative_step():

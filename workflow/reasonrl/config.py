@@ -285,10 +285,24 @@ def evaluated_arms(config: dict) -> dict[str, list[str]]:
     return arms
 
 
+# The reward models whose score is a probability that the solution is right (the ORM's and
+# each PRM aggregation's P("+")), so their sum over an answer's samples weighs a vote; the
+# BT-RM's score is an unbounded logit (a negative one would count against its answer).
+VOTE_WEIGHTS = ("orm", "prm-min", "prm-mean", "prm-last")
 # What a best-of-N arm may select with (bon:SELECTION@N): pass is the oracle (some sample of
-# the N is correct), maj the plurality answer, the rest the top sample of a reward model
-# (the scorers reasonrl.rewards.reranking writes; a test keeps the two lists equal).
-BEST_OF_N_SELECTIONS = ("pass", "maj", "bt", "orm", "prm-min", "prm-mean", "prm-last")
+# the N is correct), maj the plurality answer, vote-SCORER the answer with the largest sum
+# of that reward model's scores, the rest the top sample of a reward model (the scorers
+# reasonrl.rewards.reranking writes; a test keeps the two lists equal).
+BEST_OF_N_SELECTIONS = (
+    "pass",
+    "maj",
+    *(f"vote-{scorer}" for scorer in VOTE_WEIGHTS),
+    "bt",
+    "orm",
+    "prm-min",
+    "prm-mean",
+    "prm-last",
+)
 # What a compute-matched arm of the HGS stage may select with (hgs-matched:SELECTION): its
 # samples are scored by the search's PRM only.
 MATCHED_SELECTIONS = ("pass", "maj", "prm-min", "prm-mean", "prm-last")

@@ -1,12 +1,15 @@
 """Evaluation metrics (the estimators and statistics; the stages are stages.evaluate): greedy
-pass@1, unbiased pass@k and maj@k, bootstrap CIs, and their summary."""
+pass@1, unbiased pass@k and maj@k, a verifier-weighted maj@k, bootstrap CIs, and their
+summary."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -15,6 +18,14 @@ from reasonrl.errors import ReasonRLError
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
+# A weighted vote enumerates all C(n, k) subsets up to this many (every k of 16 samples: at
+# most C(16, 8) = 12870); above, it averages over this many random k-subsets, whose standard
+# error is at most 0.5 / sqrt(20000) = 0.0035 per problem.
+WEIGHTED_VOTE_SUBSETS = 20_000
+WEIGHTED_VOTE_SEED = 0
+# Two answers whose weight sums differ by float rounding only (the same scores added in
+# another order) tie.
+WEIGHTED_VOTE_TIE_RTOL = 1e-9
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -70,6 +81,70 @@ def maj_at_k(answers: list[str | None], correct: list[bool], k: int) -> float:
         )
         expected += Fraction(n_correct[answer], size) * wins
     return float(expected / math.comb(n, k))
+
+
+def weighted_maj_at_k(
+    answers: Sequence[str | None],
+    correct: Sequence[bool],
+    weights: Sequence[float],
+    k: int,
+    max_subsets: int = WEIGHTED_VOTE_SUBSETS,
+) -> float:
+    """maj@k with each sample's vote weighted by a verifier's score of it (DIVERSE, Li et al.
+    2023; Math-Shepherd's self-consistency + PRM): in a k-subset, the answer whose samples'
+    weights sum highest wins. Otherwise as maj_at_k: a tie between t answers counts each
+    with weight 1/t, None answers never win (a subset of only None scores 0), and an
+    answer's correctness is the fraction of its samples marked correct.
+
+    Weight sums are real numbers, so maj_at_k's counting does not carry over: the
+    expectation is exact over all C(n, k) subsets when there are at most max_subsets of
+    them, else the mean over max_subsets uniformly random k-subsets (a fixed seed: the same
+    inputs always give the same value). Weights must be non-negative (probabilities such as
+    a PRM's or ORM's P("+")): a negative one would count against its own answer.
+    """
+    n = len(answers)
+    if len(correct) != n or len(weights) != n:
+        raise ValueError(
+            f"weighted maj@k got {n} answers, {len(correct)} correctness labels "
+            f"and {len(weights)} weights"
+        )
+    if not 1 <= k <= n:
+        raise ValueError(f"weighted maj@k needs 1 <= k <= n, got n={n}, k={k}")
+    if min(weights) < 0:
+        raise ValueError(f"weighted maj@k needs non-negative weights, got {min(weights)}")
+    voted = sorted({answer for answer in answers if answer is not None})
+    if not voted:
+        return 0.0
+    # members[i, j]: sample i voted answer j
+    members = np.array([[answer == a for a in voted] for answer in answers], dtype=float)
+    right = (np.asarray(correct, dtype=float) @ members) / members.sum(axis=0)
+    subsets = _k_subsets(n, k, max_subsets)
+    # one product gives each subset's votes and weight sums per answer
+    votes, sums = np.hsplit(
+        subsets @ np.hstack([members, members * np.asarray(weights, dtype=float)[:, None]]), 2
+    )
+    present = votes > 0
+    best = np.where(present, sums, -np.inf).max(axis=1, keepdims=True)
+    winners = present & np.isclose(sums, best, rtol=WEIGHTED_VOTE_TIE_RTOL, atol=0.0)
+    n_winners = winners.sum(axis=1)
+    wins = np.divide(winners @ right, n_winners, out=np.zeros(len(subsets)), where=n_winners > 0)
+    return float(wins.mean())
+
+
+@lru_cache(maxsize=8)
+def _k_subsets(n: int, k: int, max_subsets: int) -> np.ndarray:
+    """(subsets, n) membership rows, one per k-subset of n samples: all of them, or
+    max_subsets uniformly random ones where there are more (the same ones for every problem
+    and method of a curve)."""
+    if math.comb(n, k) <= max_subsets:
+        chosen = np.array(list(itertools.combinations(range(n), k)), dtype=np.intp)
+    else:
+        keys = np.random.default_rng(WEIGHTED_VOTE_SEED).random((max_subsets, n))
+        chosen = np.argpartition(keys, k - 1, axis=1)[:, :k]
+    rows = np.zeros((len(chosen), n))  # float, as the products with it need
+    np.put_along_axis(rows, chosen, 1.0, axis=1)
+    rows.setflags(write=False)
+    return rows
 
 
 def _others_at_most(others: list[int], n_none: int, m: int, picks: int) -> list[int]:

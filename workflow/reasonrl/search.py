@@ -2,9 +2,12 @@
 
 Best-of-N: from n samples per problem, the expected correctness of the top-scored sample of
 a random N-subset, computed exactly (the sample ranked r, 0-based, is the subset's best with
-probability C(n-1-r, N-1) / C(n, N)), next to pass@N and maj@N from the same samples. The
+probability C(n-1-r, N-1) / C(n, N)), next to pass@N, maj@N and the reward-weighted vote
+(vote-SCORER@N: the answer whose samples' scores sum highest) from the same samples. The
 same per-problem values score a best-of-N arm of a declared comparison (search_arm_scores)
-and draw the best-of-N curves over N = 1, 2, 4, ... (exact, so no subsampling noise).
+and draw the best-of-N curves over N = 1, 2, 4, ... (exact, so no subsampling noise; the
+weighted vote is exact up to metrics.WEIGHTED_VOTE_SUBSETS subsets, every N of 16 samples,
+and a seeded subset sample above).
 
 HGS-PRM (step-level reward model paper, Appendix A): expand one step, score it with the
 PRM; accept a positive step and go on from it; otherwise keep sampling siblings until the
@@ -29,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from reasonrl.comparisons import greedy_correct
-from reasonrl.config import SearchArm
+from reasonrl.config import VOTE_WEIGHTS, SearchArm
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_jsonl
-from reasonrl.metrics import bootstrap_ci, maj_at_k, pass_at_k
+from reasonrl.metrics import bootstrap_ci, maj_at_k, pass_at_k, weighted_maj_at_k
 from reasonrl.rewards.steps import NEGATIVE, NEUTRAL, POSITIVE
 from reasonrl.tasks.grading import normalize_answer
 
@@ -57,7 +60,9 @@ def best_of_n_expected(scores: Sequence[float], correct: Sequence[bool], n_pick:
 def problem_accuracy(group: dict[str, Any], method: str, n_pick: int, n: int) -> float:
     """One problem's expected correctness when `method` answers from a uniformly random
     n_pick-subset of its first n samples: "pass@1", "pass@N" (some sample correct: the
-    oracle), "maj@N" (the plurality answer) or "SCORER@N" (the top sample by that reward).
+    oracle), "maj@N" (the plurality answer), "vote-SCORER@N" (the answer with the largest
+    sum of that reward over its samples, ties as maj@N's) or "SCORER@N" (the top sample by
+    that reward).
 
     group: "correct" (list of bool), "answers" (normalised final answers or None) and
     "scores" ({scorer: list of float}), one entry per sample in sample order.
@@ -69,7 +74,11 @@ def problem_accuracy(group: dict[str, Any], method: str, n_pick: int, n: int) ->
         return pass_at_k(n, sum(correct), n_pick)
     if method == "maj@N":
         return maj_at_k(group["answers"][:n], correct, n_pick)
-    return best_of_n_expected(group["scores"][method.removesuffix("@N")][:n], correct, n_pick)
+    scorer = method.removesuffix("@N")
+    if scorer.startswith("vote-"):
+        weights = group["scores"][scorer.removeprefix("vote-")][:n]
+        return weighted_maj_at_k(group["answers"][:n], correct, weights, n_pick)
+    return best_of_n_expected(group["scores"][scorer][:n], correct, n_pick)
 
 
 def samples_per_problem(groups: Iterable[dict[str, Any]]) -> int:
@@ -80,12 +89,14 @@ def samples_per_problem(groups: Iterable[dict[str, Any]]) -> int:
 def best_of_n_metrics(
     groups: list[dict[str, Any]], ns: Sequence[int], scorers: Sequence[str]
 ) -> dict[str, Any]:
-    """Per N: pass@1, pass@N, maj@N and `scorer`@N means with bootstrap 95% CIs over problems.
+    """Per N: pass@1, pass@N, maj@N, vote-`scorer`@N (for the scorers in VOTE_WEIGHTS) and
+    `scorer`@N means with bootstrap 95% CIs over problems.
 
     groups: one dict per problem, as problem_accuracy takes it.
     """
     n = samples_per_problem(groups)
-    methods = ["pass@1", "pass@N", "maj@N", *(f"{scorer}@N" for scorer in scorers)]
+    votes = [f"vote-{scorer}@N" for scorer in scorers if scorer in VOTE_WEIGHTS]
+    methods = ["pass@1", "pass@N", "maj@N", *votes, *(f"{scorer}@N" for scorer in scorers)]
     table: dict[str, Any] = {"n_problems": len(groups), "n_samples": n, "rows": []}
     for n_pick in sorted(k for k in set(ns) if k <= n):
         for method in methods:
@@ -125,9 +136,9 @@ def search_arm_scores(arm: SearchArm, folder: str | Path) -> dict[str, float]:
     """Per test problem, a search arm's score from its stage's folder: the correctness of the
     HGS-PRM answer (hgs/trajectories.jsonl) or of the greedy decoding (best-of-n/greedy.jsonl),
     or for bon:SELECTION@N the best-of-N table's own per-problem value (problem_accuracy):
-    0/1 at N = the samples drawn (a vote tied between t answers scores 1/t), the expectation
-    over N-subsets below it; for hgs-matched:SELECTION the same value among all of a problem's
-    compute-matched samples (hgs/matched.jsonl)."""
+    0/1 at N = the samples drawn (a vote, weighted or not, tied between t answers scores
+    1/t), the expectation over N-subsets below it; for hgs-matched:SELECTION the same value
+    among all of a problem's compute-matched samples (hgs/matched.jsonl)."""
     folder = Path(folder)
     if arm.stage == "hgs" and arm.method != "hgs":
         return {
@@ -142,7 +153,7 @@ def search_arm_scores(arm: SearchArm, folder: str | Path) -> dict[str, float]:
     n = samples_per_problem(groups.values())
     if arm.n > n:
         raise ReasonRLError(f"{folder}: best-of-{arm.n} needs {arm.n} samples, there are {n}")
-    method = f"{arm.method}@N"  # the table's name: pass@N, maj@N, prm-min@N, ...
+    method = f"{arm.method}@N"  # the table's name: pass@N, maj@N, vote-orm@N, prm-min@N, ...
     return {pid: problem_accuracy(g, method, arm.n, n) for pid, g in groups.items()}
 
 
@@ -188,7 +199,8 @@ def powers_of_two(n: int) -> list[int]:
 def best_of_n_curve(groups: list[dict[str, Any]]) -> dict[str, Any]:
     """best_of_n_metrics at N = 1, 2, 4, ... up to the samples drawn, for every reward model
     that scored them: the exact expectation over N-subsets of the samples, which averaging
-    random subsamples only approximates."""
+    random subsamples only approximates (the weighted vote's too, up to
+    metrics.WEIGHTED_VOTE_SUBSETS subsets: every N of 16 samples)."""
     scorers = sorted({scorer for g in groups for scorer in g["scores"]})
     return best_of_n_metrics(groups, powers_of_two(samples_per_problem(groups)), scorers)
 

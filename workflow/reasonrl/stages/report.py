@@ -400,17 +400,20 @@ def _html_page(name: str, table: pd.DataFrame) -> str:
 
 
 def _best_of_n_figure(rows: pd.DataFrame) -> Figure:
-    """Accuracy against N per method and task; pass@N (the ceiling) and pass@1 dashed."""
+    """Accuracy against N per method and task; pass@N (the ceiling) and pass@1 dashed, a
+    weighted vote dotted in the colour of the reward model weighing it."""
     tasks = list(dict.fromkeys(rows["task"]))
     fig = Figure(figsize=(6 * len(tasks), 4.5), layout="constrained")
     for ax, task in zip(fig.subplots(1, len(tasks), squeeze=False)[0], tasks, strict=True):
-        for i, (method, curve) in enumerate(rows[rows["task"] == task].groupby("method")):
+        curves = rows[rows["task"] == task].groupby("method")
+        colours = list(dict.fromkeys(method.removeprefix("vote-") for method, _ in curves))
+        for method, curve in curves:
             curve = curve.sort_values("N")
-            style = "o--" if method.startswith("pass@") else "o-"
-            ax.plot(curve["N"], curve["accuracy"], style, color=f"C{i}", label=method)
+            colour = f"C{colours.index(method.removeprefix('vote-'))}"
+            ax.plot(curve["N"], curve["accuracy"], _curve_style(method), color=colour, label=method)
             if curve["ci_low"].notna().all():
                 ax.fill_between(
-                    curve["N"], curve["ci_low"], curve["ci_high"], color=f"C{i}", alpha=0.08
+                    curve["N"], curve["ci_low"], curve["ci_high"], color=colour, alpha=0.08
                 )
         ax.set_xscale("log", base=2)
         ns = sorted(rows.loc[rows["task"] == task, "N"].unique())
@@ -419,6 +422,13 @@ def _best_of_n_figure(rows: pd.DataFrame) -> Figure:
         ax.set(xlabel="N (samples reranked)", ylabel="accuracy", title=f"{task}: best-of-N")
         ax.legend(fontsize="small")
     return fig
+
+
+def _curve_style(method: str) -> str:
+    """pass@N (the ceiling) and pass@1 dashed, a weighted vote dotted, a selection solid."""
+    if method.startswith("pass@"):
+        return "o--"
+    return "s:" if method.startswith("vote-") else "o-"
 
 
 def _rounds_figure(rows: pd.DataFrame) -> Figure:
