@@ -1,6 +1,7 @@
 """LoRA in the reward-model, PPO and online DPO trainers: only the adapters (and a fresh head:
 the BT score, PPO's value head) train, the saved folder is a plain Hugging Face model whose
-frozen weights are the start's, and an online learner sends its generator the merged weights.
+frozen weights are the start's, an online learner sends its generator the merged weights, and
+the PPO and online learners' reference is the policy with its adapters off (no second copy).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from reasonrl.io import write_jsonl
 from reasonrl.models import DTYPES, from_pretrained, load_policy
 from reasonrl.online_dpo.actors import GeneratorProcess
 from reasonrl.rewards.models import load_reward_model
+from reasonrl.sequences import action_logps
 from reasonrl.stages._train import TrainingRun
 from reasonrl.stages.online_dpo import online_dpo as run_online
 from reasonrl.stages.ppo import ppo as run_ppo
@@ -67,6 +69,16 @@ def trained_models(monkeypatch) -> list[dict[str, object]]:
 
     monkeypatch.setattr(TrainingRun, "start", spy)
     return seen
+
+
+@pytest.fixture
+def no_reference_copy(monkeypatch) -> None:
+    """A LoRA run that loads a second copy of its start model as the reference fails."""
+
+    def refuse(self, model_path, dtype):
+        raise AssertionError(f"a LoRA run loaded a reference copy of {model_path}")
+
+    monkeypatch.setattr(TrainingRun, "load_reference", refuse)
 
 
 def _only_adapters_and(trainable: set[str], head: str) -> None:
@@ -119,6 +131,86 @@ def test_the_generator_gets_the_merged_weights_of_a_lora_policy(tiny_policy):
     load_policy(tiny_policy)[0].load_state_dict(state)  # what the engine's load_weights does
 
 
+# ---- the reference ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def loaded(monkeypatch) -> list[str]:
+    """The model folders TrainingRun loads, policy and reference alike."""
+    import reasonrl.stages._train as train_stage
+
+    folders = []
+
+    def spy(path, *args, **kwargs):
+        folders.append(str(path))
+        return load_policy(path, *args, **kwargs)
+
+    monkeypatch.setattr(train_stage, "load_policy", spy)
+    return folders
+
+
+def _logps(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    with torch.no_grad():
+        return action_logps(model(**batch).logits, batch["input_ids"])
+
+
+def _train_steps(policy: torch.nn.Module, batch: dict, steps: int = 3) -> None:
+    """A few steps raising the batch's likelihood: the policy moves off its start."""
+    policy.train()
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=1e-2)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        (-action_logps(policy(**batch).logits, batch["input_ids"]).mean()).backward()
+        optimizer.step()
+
+
+def _reference_setup(tiny_policy: Path, tmp_path: Path, r: int):
+    """A run's policy and reference at the tiny policy (LoRA rank r), the start model loaded
+    apart, and a batch of token ids."""
+    lora = LoraSettings(r, 8, 0.1, TARGETS)  # adapter dropout: the reference's forward is eval
+    run = TrainingRun("reference", tmp_path / "out", {}, [], 0, lora=lora)
+    policy, _ = run.load_policy(str(tiny_policy), "float32")
+    reference = run.reference(policy, str(tiny_policy), "float32")
+    start = load_policy(tiny_policy)[0].eval()
+    ids = torch.randint(
+        3, start.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0)
+    )
+    return policy, reference, start, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def test_a_lora_runs_reference_is_its_policy_with_the_adapters_off_not_a_second_copy(
+    tiny_policy, tmp_path, loaded
+):
+    """The reference's log-probs are the start model's before and after the adapters train;
+    only the policy is loaded; after the reference's block the policy has its adapters and
+    its train mode back."""
+    policy, reference, start, batch = _reference_setup(tiny_policy, tmp_path, r=4)
+    assert loaded == [str(tiny_policy)], "one model resident: the policy's base is the reference"
+    want = _logps(start, batch)
+    with reference.evaluating() as model:
+        torch.testing.assert_close(_logps(model, batch), want)
+    _train_steps(policy, batch)
+    with reference.evaluating() as model:
+        assert model is policy and not model.training
+        torch.testing.assert_close(_logps(model, batch), want)
+    assert policy.training, "the policy trains on in train mode"
+    trained = _logps(policy.eval(), batch)
+    assert (trained - want).abs().max() > 1e-3, "the adapters are on again outside the block"
+
+
+def test_a_full_fine_tuning_runs_reference_is_a_frozen_copy_loaded_beside_the_policy(
+    tiny_policy, tmp_path, loaded
+):
+    policy, reference, start, batch = _reference_setup(tiny_policy, tmp_path, r=0)
+    assert loaded == [str(tiny_policy)] * 2, "policy and reference: two copies"
+    _train_steps(policy, batch)
+    with reference.evaluating() as model:
+        assert model is not policy
+        torch.testing.assert_close(_logps(model, batch), _logps(start, batch))
+    assert (_logps(policy.eval(), batch) - _logps(start, batch)).abs().max() > 1e-3
+
+
 # ---- reward models ---------------------------------------------------------------------------
 
 
@@ -161,8 +253,11 @@ def _ppo_inputs(tiny_policy: Path, folder: Path) -> tuple[Path, Path]:
 
 
 def test_lora_ppo_trains_the_adapters_of_policy_and_critic_and_the_value_head(
-    tiny_policy, tmp_path, trained_models, monkeypatch
+    tiny_policy, tmp_path, trained_models, monkeypatch, no_reference_copy
 ):
+    """...and its KL penalty's reference is the policy with the adapters off: each buffer's
+    reference log-probs are the start model's, the policy's equal them before any update and
+    not after one."""
     import reasonrl.ppo_run as ppo_run
 
     problems, rm = _ppo_inputs(tiny_policy, tmp_path)
@@ -172,8 +267,22 @@ def test_lora_ppo_trains_the_adapters_of_policy_and_critic_and_the_value_head(
         "evaluate",
         lambda self, seed: {"heldout_pass": float(next(scores)), "heldout_reward": 0.0},
     )
+    start, kls = load_policy(tiny_policy)[0].eval(), []
+    experience = ppo_run.PPORun.experience
+
+    def checked(self, messages, scores):
+        buffer = experience(self, messages, scores)
+        batch = {k: buffer[k] for k in ("input_ids", "attention_mask")}
+        want = (_logps(start, batch) * buffer["action_mask"]).sum(-1)
+        # the buffer keeps the policy's log-probs and the summed log-ratio to the reference
+        got = buffer["old_logps"].sum(-1) - buffer["ref_kl"]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+        kls.append(float(buffer["ref_kl"].abs().max()))
+        return buffer
+
+    monkeypatch.setattr(ppo_run.PPORun, "experience", checked)
     ppo = {
-        "iterations": 1,
+        "iterations": 2,
         "prompts_per_iteration": 2,
         "responses_per_prompt": 2,
         "draws_per_prompt": 1,
@@ -199,24 +308,39 @@ def test_lora_ppo_trains_the_adapters_of_policy_and_critic_and_the_value_head(
     assert any(n.startswith("policy.") for n in trainable)
     assert not list(out.glob("adapter_*"))
     _check_folder(load_policy(out)[0].state_dict(), load_policy(tiny_policy)[0].state_dict())
+    assert len(kls) == 2 and kls[0] < 1e-4 < kls[1], kls
 
 
 # ---- online DPO ------------------------------------------------------------------------------
 
 
 def test_lora_online_ppo_trains_the_adapters_and_value_head_and_saves_a_plain_folder(
-    online_setup, tmp_path, trained_models
+    online_setup, tmp_path, trained_models, monkeypatch, no_reference_copy
 ):
     """The PPO loss (value head on the policy's trunk): the generator samples with the merged
-    weights it is sent (a pushed peft state would not load), the folder is plain."""
+    weights it is sent (a pushed peft state would not load), the folder is plain, and the
+    learner's reference log-probs (the policy, adapters off) are the start model's at every
+    step, the trained ones too (async: the generator samples meanwhile)."""
+    import reasonrl.online_dpo.learner as learner
+
     config, folder = online_setup
     config = copy.deepcopy(config)
     config["online_dpo"]["lora"].update(LORA)
     config["online_dpo"]["lr"] = 1e-2
     policy, train = folder / "policy", str(folder / "train.jsonl")
+    start, token_logps, checked = load_policy(policy)[0].eval(), learner.token_logps, []
+
+    def compared(model, seqs, pad_id):
+        got = token_logps(model, seqs, pad_id)
+        for row, want in zip(got, token_logps(start, seqs, pad_id), strict=True):
+            torch.testing.assert_close(torch.tensor(row), torch.tensor(want), atol=1e-5, rtol=0)
+        checked.append(len(got))
+        return got
+
+    monkeypatch.setattr(learner, "token_logps", compared)
     out = tmp_path / "online-ppo"
     metrics = run_online(config, "ppo", str(policy), train, "tool", 1, str(out))
-    assert metrics["steps"] == 4
+    assert metrics["steps"] == 4 and len(checked) == 4
     (started,) = trained_models
     _only_adapters_and(started["trainable"], "value_head.")
     assert not list(out.glob("adapter_*"))

@@ -355,7 +355,8 @@ def test_a_sections_lora_reaches_the_plan():
 )
 def test_the_rm_ppo_and_online_lora_reaches_the_plan(recipe, rules):
     """reward_models.train.lora, ppo.lora (the policy and a separate critic's trunk) and
-    online_dpo.lora: adapters' gradients and optimizer states only, as the stages train."""
+    online_dpo.lora: adapters' gradients and optimizer states only, as the stages train; the
+    PPO and online learners hold no frozen reference copy (the policy, adapters off)."""
     config = load_workflow_config([str(REPO / "config" / recipe)])
     placements = {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES}
     full = {p.rule: p for p in mp.plan_config(config, placements)}
@@ -366,6 +367,10 @@ def test_the_rm_ppo_and_online_lora_reaches_the_plan(recipe, rules):
     for rule in rules:  # r 16 adapters: 1.1% of the 1B policy's parameters, less of 6.7B's
         assert lora[rule].optimizer < 0.02 * full[rule].optimizer, rule
         assert lora[rule].grads < 0.02 * full[rule].grads, rule
+    learner = full["ppo" if "ppo" in rules else "online_dpo"]
+    shards = learner.gpus if learner.zero == 3 else 1  # ZeRO-3 shards frozen models too
+    reference = mp.architecture(config).params() * 2 / shards  # one bfloat16 policy copy
+    assert learner.other - lora[learner.rule].other == pytest.approx(reference)
 
 
 def test_the_plans_default_lora_targets_are_the_schemas():

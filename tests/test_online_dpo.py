@@ -200,9 +200,11 @@ def _sample_round(setup: tuple[dict, Path], policy, tokenizer, seed: int) -> dic
 
 def _logged_kl(setup: tuple[dict, Path], payload: dict, reference, tokenizer) -> float:
     from reasonrl.online_dpo.learner import Learner
+    from reasonrl.training.reference import Reference
 
     section = {**setup[0]["online_dpo"], **SAMPLED}
-    learner = Learner(None, None, Schedule(1, 1, False), section, tokenizer, reference)
+    frozen = Reference.frozen(reference)
+    learner = Learner(None, None, Schedule(1, 1, False), section, tokenizer, frozen)
     return learner.minibatch(payload, 0, 0.0)["metrics"]["kl"]
 
 

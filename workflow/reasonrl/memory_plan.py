@@ -413,10 +413,18 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
         trained.append(trained[0])
     rm = int(ppo["reward"] != "oracle")
     gen = config["generation"]["batch_size"] * config["rollout"]["max_total_tokens"]
+    reference = _reference_copies(ppo)
+    note = "reference + RM frozen" if reference else "RM frozen; reference: adapters off"
     return [
         generation_spec("ppo_r2", config, frozen=1),
-        RuleSpec("ppo", trained, frozen=1 + rm, kv_tokens=gen, note="reference + RM frozen"),
+        RuleSpec("ppo", trained, frozen=reference + rm, kv_tokens=gen, note=note),
     ]
+
+
+def _reference_copies(section: dict) -> int:
+    """Frozen copies a PPO or online learner holds for its reference: none under LoRA (the
+    reference is the policy with its adapters off, training.reference), else one."""
+    return int(section["lora"]["r"] == 0)
 
 
 def _online_specs(config: dict) -> list[RuleSpec]:
@@ -429,14 +437,16 @@ def _online_specs(config: dict) -> list[RuleSpec]:
     sequences = section["prompts_per_step"] * per_prompt
     trained = _trained(section, sequences, section["max_length"])
     rm = int(section["reward"] != "oracle")
+    reference = _reference_copies(section)
+    kept = "frozen" if reference else "adapters off"
     gen = generation_spec("online_dpo", config)
     return [
         replace(
             gen,
             trained=[trained],
-            frozen=gen.frozen + 1 + rm,
+            frozen=gen.frozen + reference + rm,
             frozen_tokens=sequences * section["max_length"],
-            note="reference frozen; generator beside the learner",
+            note=f"reference {kept}; generator beside the learner",
         )
     ]
 

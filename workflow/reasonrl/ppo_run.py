@@ -135,8 +135,9 @@ class PPORun:
     """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts.
 
     `models`: the SFT policy (with its LoRA adapters where the run has them), its tokenizer
-    and a frozen copy of it (the reference); `adapt` puts the run's adapters on a separate
-    critic's trunk (PolicyCritic)."""
+    and the reference at the SFT policy (a frozen copy, or the LoRA policy with its adapters
+    off: training.reference); `adapt` puts the run's adapters on a separate critic's trunk
+    (PolicyCritic)."""
 
     def __init__(
         self,
@@ -280,7 +281,8 @@ class PPORun:
             logps, values = self.model(ids[part], attention[part])
             old_logps.append(logps)
             old_values.append(values)
-            ref = self.reference(input_ids=ids[part], attention_mask=attention[part]).logits
+            with self.reference.evaluating() as reference:  # under LoRA: the policy, adapters off
+                ref = reference(input_ids=ids[part], attention_mask=attention[part]).logits
             ref_logps.append(action_logps(ref, ids[part]))
         self.model.train()
         old_logps, old_values = torch.cat(old_logps), torch.cat(old_values)

@@ -22,6 +22,7 @@ from reasonrl.sequences import sampled_trajectory, summed_logps, token_logps
 from reasonrl.training.loop import TrainingLoop
 from reasonrl.training.online_dpo import best_worst, dpo_batch, ppo_batch, rloo_batch
 from reasonrl.training.ppo import PolicyCritic
+from reasonrl.training.reference import Reference
 
 
 class RoundStore:
@@ -95,14 +96,14 @@ class Learner:
         schedule: Schedule,
         section: dict,
         tokenizer,
-        reference_model: torch.nn.Module,
+        reference: Reference,
     ):
         self.generator = generator
         self.store = store
         self.schedule = schedule
         self.section = section
         self.tokenizer = tokenizer
-        self.reference_model = reference_model
+        self.reference = reference
         self.started = time.perf_counter()  # the wall-clock counts the generator's start-up
         self.clock_offset = 0.0
         self.pushed_once = False
@@ -142,11 +143,12 @@ class Learner:
             for row in rows
         ]
         pad = self.tokenizer.pad_token_id
-        if self.section["loss"] == "ppo":
-            ref_tokens = token_logps(self.reference_model, seqs, pad)
-            ref = [sum(values) for values in ref_tokens]
-        else:
-            ref = summed_logps(self.reference_model, seqs, pad)
+        with self.reference.evaluating() as reference:
+            if self.section["loss"] == "ppo":
+                ref_tokens = token_logps(reference, seqs, pad)
+                ref = [sum(values) for values in ref_tokens]
+            else:
+                ref = summed_logps(reference, seqs, pad)
         rewards = [row["reward"] for row in rows]
         behaviour = [row["behaviour_logp"] for row in rows]
         pairs, margins, ties = best_worst_pairs(rewards, k)

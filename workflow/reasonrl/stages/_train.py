@@ -1,11 +1,12 @@
 """The one trainer set-up every training stage shares.
 
 A training stage reads its inputs and passes its loss and batch source; this module owns
-the rest: loading the policy (and a frozen reference), the provenance, the checkpoint store
-stamped with a fingerprint of the inputs (so a run never resumes from a stale one), LoRA
-adapters on the policy when the section asks for them (training.lora), the loop call
-(training.loop: optimizer, schedule, exact resume), the metrics every trainer reports, and
-the atomic save of the output folder with its manifest (adapters merged: a plain HF folder).
+the rest: loading the policy and its reference (a frozen copy, or under LoRA the policy with
+its adapters off: training.reference), the provenance, the checkpoint store stamped with a
+fingerprint of the inputs (so a run never resumes from a stale one), LoRA adapters on the
+policy when the section asks for them (training.lora), the loop call (training.loop:
+optimizer, schedule, exact resume), the metrics every trainer reports, and the atomic save
+of the output folder with its manifest (adapters merged: a plain HF folder).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from reasonrl.training.loop import (
     train,
 )
 from reasonrl.training.lora import LoraSettings, add_adapters, merged
+from reasonrl.training.reference import Reference
 
 
 class TrainingRun:
@@ -81,6 +83,14 @@ class TrainingRun:
     def load_reference(self, model_path: str, dtype: str) -> torch.nn.Module:
         """A frozen copy of a policy: the fixed reference of a KL penalty or a DPO loss."""
         return load_policy(model_path, dtype)[0].eval().requires_grad_(False)
+
+    def reference(self, policy: torch.nn.Module, model_path: str, dtype: str) -> Reference:
+        """The fixed reference at the start model `model_path`, which `policy` is
+        (load_policy's, before any step): under LoRA the policy with its adapters off, no
+        second copy; full fine-tuning moves every weight, so it loads a frozen copy."""
+        if self.lora and self.lora.enabled:
+            return Reference.without_adapters(policy)
+        return Reference.frozen(self.load_reference(model_path, dtype))
 
     def fit(
         self,

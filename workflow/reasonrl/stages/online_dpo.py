@@ -79,11 +79,12 @@ def online_dpo(
         threads=per_process,
         reward_model=reward_model,
     )
-    model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
+    dtype = config["policy"]["dtype"]
+    model, tokenizer = run.load_policy(model_path, dtype)
+    reference = run.reference(model, model_path, dtype)
     if section["loss"] == "ppo":
         # The critic's value head on the policy's trunk: the learner holds no third model.
         model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
-    reference = run.load_reference(model_path, config["policy"]["dtype"])
     settings = LoopSettings.from_config(
         {**section, "max_steps": section["steps"], "grad_accum": 1, "weight_decay": 0.0},
         config["seed"],

@@ -60,7 +60,7 @@ def ppo(
         raise ReasonRLError(f"{problems_path}: no problems to train on")
     dtype = config["policy"]["dtype"]
     policy, tokenizer = run.load_policy(model_path, dtype)
-    reference = run.load_reference(model_path, dtype)
+    reference = run.reference(policy, model_path, dtype)
     models = (policy, tokenizer, reference)
     critic_adapters = partial(run.adapt, task="FEATURE_EXTRACTION")  # a bare trunk
     ppo_run = PPORun(
