@@ -46,10 +46,11 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.subreaper import as_subreaper
 
 # stdlib modules the zygote imports before forking any program: those of code_eval's checker
-# and those most programs import
+# and those most programs import. Not secrets or subprocess: secrets brings hashlib's OpenSSL
+# (41 more mappings, 4 MB), which every fork copies and every exit tears down.
 PRELOADED_MODULES = [
     *("ast", "collections", "ctypes", "functools", "io", "itertools", "json", "math", "re"),
-    *("secrets", "select", "signal", "struct", "subprocess", "time", "typing"),
+    *("select", "signal", "struct", "time", "typing"),
 ]
 SCRIPT_NAME = "main.py"  # in the caller's folder of a zygote
 _START_TIMEOUT_S = 60.0
