@@ -15,6 +15,7 @@ from reasonrl.chat import CODE_BLOCK, render
 from reasonrl.generation import GenerationEngine, SamplingParams
 from reasonrl.pool import WorkerPool
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
+from reasonrl.tasks.tool_turns import output_turn
 
 # The model's turn ends with its code; it must not write the interpreter's output itself.
 STOP = ("```output",)
@@ -187,7 +188,7 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
     for (state, code), result in zip(to_run, WorkerPool(sandbox).run(programs), strict=True):
         state.cells.append(code)
         state.tool_status.append(result.status)
-        state.messages.append({"role": "user", "content": f"```output\n{result.output}\n```"})
+        state.messages.append(output_turn(result.output))
 
 
 def _row(state: _State, final: str | None, correct: bool, policy: str, decoding: str) -> dict:

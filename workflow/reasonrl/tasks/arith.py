@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from reasonrl.chat import CODE_BLOCK
 from reasonrl.tasks.sampling import draw_splits
+from reasonrl.tasks.tool_turns import code_turn, output_turn
 
 NAMES = ("Tom", "Anna", "Ben", "Maria", "Lily", "Sam", "Nora", "Omar", "Eva", "Raj", "Mia", "Leo")
 ITEMS = ("marbles", "books", "coins", "apples", "stickers", "cards", "pencils", "shells")
@@ -336,8 +337,8 @@ def problem_row(problem: ArithProblem, task: str, split: str, index: int) -> dic
         "answer": output,
         "solutions": {
             "tool": [
-                {"role": "assistant", "content": f"{TOOL_INTRO}\n```python\n{program}```"},
-                {"role": "user", "content": f"```output\n{output}\n```"},
+                code_turn(TOOL_INTRO, program),
+                output_turn(output),
                 {"role": "assistant", "content": f"The answer is \\boxed{{{output}}}."},
             ],
             "cot": [{"role": "assistant", "content": problem.cot(output)}],
