@@ -35,6 +35,7 @@ LOADERS = {
     "gsm8k": loaders.load_gsm8k,
     "math": loaders.load_math,
     "mbpp": loaders.load_mbpp,
+    "openmath": loaders.load_openmath,
 }
 
 

