@@ -5,7 +5,11 @@ stage, against the memory of one GPU.
 Model states follow the ZeRO paper's accounting (Rajbhandari et al. 2020, section 3.1): mixed
 precision AdamW holds 2 bytes of bf16 weights, 2 of gradients and 12 of fp32 master weights,
 momentum and variance per trained parameter (16 in all; fp32 training: 4 + 4 + 8); 8-bit
-AdamW keeps momentum and variance in 1 byte each. ZeRO-1 divides the optimizer states over
+AdamW keeps momentum and variance in 1 byte each, plus an fp32 scale per block of 256.
+QLoRA's base (lora.quantize nf4) holds each decoder linear in 4-bit NormalFloat: half a byte
+per weight, a 1-byte scale per block of 64 and an fp32 scale per 256 of those (double
+quantization), plus the two code books; the rest of the model and the adapters are fp32 (as
+peft's prepare_model_for_kbit_training casts them). ZeRO-1 divides the optimizer states over
 the job's GPUs, ZeRO-2 the gradients too, ZeRO-3 the parameters too (frozen models included,
 as DeepSpeed's ZeRO-3 does for every prepared model). LoRA trains only the adapters.
 
@@ -165,6 +169,7 @@ class Trained:
     lora_rank: int = 0  # 0: full fine-tuning
     checkpointing: bool = False
     lora_targets: tuple[str, ...] = LORA_TARGETS  # the linears with adapters
+    quantized: bool = False  # QLoRA: the base's decoder linears in 4-bit NormalFloat
 
 
 @dataclass(frozen=True)
@@ -231,11 +236,16 @@ def model_state_bytes(arch: Architecture, t: Trained, weight_bytes: int, zero: i
         trainable = arch.layers * sum(
             t.lora_rank * sum(shapes[name]) for name in t.lora_targets if name in shapes
         )
-    mixed = t.precision == "bf16" or weight_bytes == 2
+    mixed = (t.precision == "bf16" or weight_bytes == 2) and not t.quantized
     grad_b = 2 if mixed else 4
     master = 4 if mixed else 0
-    moments = 2 if t.optimizer == "adamw8bit" else 8
-    params = total * weight_bytes + (trainable * (weight_bytes if t.lora_rank else 0))
+    moments = 2 + 2 * 4 / 256 if t.optimizer == "adamw8bit" else 8
+    if t.quantized:  # adapters and the unquantized rest in fp32
+        linears = [i * o for i, o in arch.linear_shapes().values()]
+        base = arch.layers * sum(map(nf4_bytes, linears))
+        params = base + (total - arch.layers * sum(linears) + trainable) * 4
+    else:
+        params = total * weight_bytes + (trainable * (weight_bytes if t.lora_rank else 0))
     grads = trainable * grad_b
     optim = trainable * (master + moments)
     shard = max(1, n)
@@ -244,6 +254,14 @@ def model_state_bytes(arch: Architecture, t: Trained, weight_bytes: int, zero: i
         grads / (shard if zero >= 2 else 1),
         optim / (shard if zero >= 1 else 1),
     )
+
+
+def nf4_bytes(weights: int) -> int:
+    """Bytes of a linear's `weights` in bitsandbytes' 4-bit NormalFloat with double
+    quantization: two weights per byte, a uint8 scale per block of 64, an fp32 scale per 256
+    blocks, the 16- and 256-entry fp32 code books and the scales' fp32 offset."""
+    blocks = -(-weights // 64)
+    return weights // 2 + blocks + 4 * -(-blocks // 256) + 4 * (16 + 256 + 1)
 
 
 def _compute_bytes(t: Trained, weight_bytes: int) -> int:
@@ -332,16 +350,19 @@ def generation_spec(rule: str, config: dict, copies: int = 1, frozen: int = 0) -
 
 
 def _trained(section: dict, sequences: int, length: int) -> Trained:
-    """The model a training section trains: its precision, checkpointing and, where the
-    section has the setting, its LoRA adapters (the same `lora` the stage reads)."""
+    """The model a training section trains: its precision, optimizer, checkpointing and,
+    where the section has the setting, its LoRA adapters and quantized base (the same `lora`
+    the stage reads)."""
     lora = section.get("lora") or {"r": 0, "target_modules": LORA_TARGETS}
     return Trained(
         section.get("precision", "fp32"),
         sequences,
         length,
+        optimizer=section.get("optimizer", "adamw"),
         lora_rank=lora["r"],
         checkpointing=section.get("gradient_checkpointing", False),
         lora_targets=tuple(lora["target_modules"]),
+        quantized=lora.get("quantize", "none") != "none",
     )
 
 
@@ -409,8 +430,8 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     # under ppo.lora a separate critic's trunk has adapters as the policy has.
     precision = "bf16" if _dtype_bytes(config) == 2 else "fp32"
     trained = [replace(_trained(ppo, rows, length), precision=precision)]
-    if ppo["critic"] == "separate":
-        trained.append(trained[0])
+    if ppo["critic"] == "separate":  # built from the dequantized weights: never 4-bit
+        trained.append(replace(trained[0], quantized=False))
     rm = int(ppo["reward"] != "oracle")
     gen = config["generation"]["batch_size"] * config["rollout"]["max_total_tokens"]
     reference = _reference_copies(ppo)

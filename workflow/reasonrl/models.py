@@ -230,18 +230,29 @@ def on_model_device(tensors: dict, model: torch.nn.Module) -> dict:
     return to_device(tensors, next(model.parameters()).device)
 
 
-def load_policy(name_or_path: str | Path, dtype: str = "float32"):
+def load_policy(name_or_path: str | Path, dtype: str = "float32", **load_options):
     """Load a causal LM and its tokenizer from a local folder or a hub id, with one-line errors.
 
     The model is placed on this process's execution device, so generation, scoring and
-    reference log-probs run on the GPU when there is one.
+    reference log-probs run on the GPU when there is one. `load_options`: more keywords of
+    from_pretrained (a quantized base's quantization_config: training.lora.LoraSettings).
     """
     name = str(name_or_path)
     tokenizer = load_tokenizer(name)
-    model = from_pretrained(AutoModelForCausalLM, name, dtype=DTYPES[dtype])
+    model = from_pretrained(AutoModelForCausalLM, name, dtype=DTYPES[dtype], **placed(load_options))
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model.to(execution_device()), tokenizer
+    if "quantization_config" not in load_options:
+        model = model.to(execution_device())
+    return model, tokenizer
+
+
+def placed(load_options: dict) -> dict:
+    """from_pretrained's keywords with a quantized model loaded straight onto this process's
+    device (bitsandbytes quantizes while loading; a quantized model is not moved after)."""
+    if "quantization_config" not in load_options:
+        return load_options
+    return {"device_map": {"": str(execution_device())}, **load_options}
 
 
 def end_of_turn_ids(tokenizer) -> list[int]:

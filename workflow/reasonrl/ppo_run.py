@@ -224,9 +224,27 @@ class PPORun:
                 return
         self.best_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.best_path.with_suffix(".tmp")
-        state = {k: v.clone() for k, v in self.model.policy.state_dict().items()}
-        torch.save({"key": key, "iteration": iteration, "state": state}, tmp)
+        torch.save({"key": key, "iteration": iteration, "state": self._trained_state()}, tmp)
         os.replace(tmp, self.best_path)
+
+    def restore_best(self) -> dict:
+        """Put the best iteration's weights back into the policy; its record (key, iteration)."""
+        best = torch.load(self.best_path, weights_only=True)
+        loaded = self.model.policy.load_state_dict(best["state"], strict=False)
+        if loaded.unexpected_keys:
+            raise ReasonRLError(
+                f"{self.best_path}: weights the policy does not have ({loaded.unexpected_keys[0]})"
+            )
+        return best
+
+    def _trained_state(self) -> dict[str, torch.Tensor]:
+        """What training changes in the policy: its trainable parameters and its buffers.
+        Under LoRA that is the adapters: the frozen base (4-bit under QLoRA, whose packed
+        weights would not load back through load_state_dict) stays as it was loaded."""
+        policy = self.model.policy
+        kept = {n for n, p in policy.named_parameters() if p.requires_grad}
+        kept |= {n for n, _ in policy.named_buffers()}
+        return {k: v.clone() for k, v in policy.state_dict().items() if k in kept}
 
     # --- the buffer -------------------------------------------------------------------------
     def fill_buffer(self, iteration: int, info: dict) -> dict[str, torch.Tensor]:

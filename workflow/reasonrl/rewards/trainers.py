@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from reasonrl.chat import TokenizedChat, render
-from reasonrl.models import DTYPES, from_pretrained, load_policy, load_tokenizer
+from reasonrl.models import DTYPES, from_pretrained, load_tokenizer, placed
 from reasonrl.rewards.models import (
     label_only_chat,
     orm_rows,
@@ -53,6 +53,12 @@ class Run(Protocol):
         """`model` with the run's LoRA adapters, `trainable` trained in full; as it is
         without LoRA."""
 
+    def load_policy(self, model_path: str, dtype: str) -> tuple[torch.nn.Module, object]:
+        """The causal LM the run trains (with its adapters) and its tokenizer."""
+
+    def load_options(self, dtype: str) -> dict:
+        """from_pretrained's keywords for the model the run trains (a quantized base)."""
+
 
 def loop_settings(section: dict, seed: int) -> LoopSettings:
     train_section = section["train"]
@@ -70,6 +76,7 @@ def train_bt(config, model_path, problems, train_rows, held_rows, run: Run):
         model_path,
         num_labels=1,
         dtype=DTYPES[config["policy"]["dtype"]],
+        **placed(run.load_options(config["policy"]["dtype"])),
     )
     model.config.pad_token_id = tokenizer.pad_token_id
     model = run.adapt(model, "SEQ_CLS", trainable=("score",))  # the head learns from scratch
@@ -111,8 +118,7 @@ def _train_label_model(
 ):
     """Train the policy on the examples `encode(tokenizer, max_length)` makes."""
     section, seed = config["reward_models"], config["seed"]
-    model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
-    model = run.adapt(model)
+    model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
     samples = encode(tokenizer, section["train"]["max_length"])
     batches = MicroBatches(
         samples, section["train"]["batch_size"], tokenizer.pad_token_id, seed, False, 0

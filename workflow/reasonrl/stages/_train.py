@@ -4,9 +4,10 @@ A training stage reads its inputs and passes its loss and batch source; this mod
 the rest: loading the policy and its reference (a frozen copy, or under LoRA the policy with
 its adapters off: training.reference), the provenance, the checkpoint store stamped with a
 fingerprint of the inputs (so a run never resumes from a stale one), LoRA adapters on the
-policy when the section asks for them (training.lora), the loop call (training.loop:
-optimizer, schedule, exact resume), the metrics every trainer reports, and the atomic save
-of the output folder with its manifest (adapters merged: a plain HF folder).
+policy when the section asks for them, on a 4-bit base under QLoRA (training.lora), the loop
+call (training.loop: optimizer, schedule, exact resume), the metrics every trainer reports,
+and the atomic save of the output folder with its manifest (adapters merged: a plain HF
+folder).
 """
 
 from __future__ import annotations
@@ -69,9 +70,15 @@ class TrainingRun:
 
     def load_policy(self, model_path: str, dtype: str) -> tuple[torch.nn.Module, object]:
         """The causal LM the run trains, on this process's device, and its tokenizer; with
-        LoRA adapters (only they train) when the run has them."""
-        model, tokenizer = load_policy(model_path, dtype)
+        LoRA adapters (only they train) when the run has them, on a quantized base under
+        QLoRA."""
+        model, tokenizer = load_policy(model_path, dtype, **self.load_options(dtype))
         return self.adapt(model), tokenizer
+
+    def load_options(self, dtype: str) -> dict:
+        """from_pretrained's keywords for the model the run trains: a quantized base under
+        QLoRA (lora.quantize), none otherwise; `dtype` is the policy's, computed in."""
+        return self.lora.load_options(dtype) if self.lora else {}
 
     def adapt(
         self, model: torch.nn.Module, task: str = "CAUSAL_LM", trainable: tuple[str, ...] = ()

@@ -8,8 +8,6 @@ import logging
 from functools import partial
 from pathlib import Path
 
-import torch
-
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
@@ -71,6 +69,7 @@ def ppo(
         max_steps=section["iterations"] * per,
         lr=section["policy_lr"],
         max_grad_norm=section["max_grad_norm"],
+        optimizer=section["optimizer"],
         checkpoint_every=per * section["checkpoint_iterations"],
         log_every=per,
         seed=seed,
@@ -83,8 +82,7 @@ def ppo(
     result = loop.finish()
     final = ppo_run.evaluate(seed + 991)
     ppo_run.keep_if_best(section["iterations"], final)
-    best = torch.load(ppo_run.best_path, weights_only=True)
-    ppo_run.model.policy.load_state_dict(best["state"])
+    best = ppo_run.restore_best()
     iterations = iteration_summary(result["history"])
     identity = {
         "variant": variant.name,

@@ -250,6 +250,7 @@ def reference_logps(
     """Reference log-probs of every training row, computed once for the round."""
     from reasonrl.models import load_policy
     from reasonrl.sequences import summed_logps
+    from reasonrl.training.lora import LoraSettings
     from reasonrl.training.preference import LOSSES
 
     variant = variant_settings(config, variant_name)
@@ -260,7 +261,11 @@ def reference_logps(
         config["seed"],
     )
     rows = _training_rows(variant, data_dir)
-    model, tokenizer = load_policy(model_path, config["policy"]["dtype"])
+    # under QLoRA the round trains on the quantized start model: its reference is that model
+    train = config["preference"]["train"]
+    lora = LoraSettings.from_config(train["lora"], "preference.train.lora")
+    dtype = config["policy"]["dtype"]
+    model, tokenizer = load_policy(model_path, dtype, **lora.load_options(dtype))
     seqs = _sequences(tokenizer, variant, rows, config["preference"]["train"]["max_length"])
     paired = LOSSES[variant["loss"]][0] == "dpo"
     flat = [s for pair in seqs for s in pair] if paired else seqs

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ class LoopSettings:
     warmup_ratio: float = 0.0
     max_grad_norm: float = 1.0
     precision: str = "fp32"
+    optimizer: str = "adamw"  # or adamw8bit: bitsandbytes' block-wise 8-bit AdamW states
     gradient_checkpointing: bool = False
     checkpoint_every: int = 50
     log_every: int = 10
@@ -137,6 +139,23 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
+def make_optimizer(params, settings: LoopSettings) -> torch.optim.Optimizer:
+    """AdamW over `params` (tensors or groups with their own lr): torch's, or bitsandbytes'
+    8-bit AdamW (Dettmers et al. 2022: momentum and variance quantized block-wise, 2 bytes per
+    parameter instead of 8)."""
+    options = {"lr": settings.lr, "weight_decay": settings.weight_decay}
+    if settings.optimizer == "adamw":
+        return torch.optim.AdamW(params, **options)
+    try:
+        import bitsandbytes
+    except ImportError as error:
+        raise ReasonRLError(
+            f"optimizer {settings.optimizer} needs bitsandbytes, which this environment"
+            f" ({sys.prefix}) lacks; install envs/lock-cpu.txt's or use optimizer: adamw"
+        ) from error
+    return bitsandbytes.optim.AdamW8bit(params, **options)
+
+
 class TrainingLoop:
     """train() in parts, for methods that make their data between updates (PPO's
     iterations, online DPO's rounds): set up and resume, then `run` a finite batch source for
@@ -161,9 +180,7 @@ class TrainingLoop:
             enable_gradient_checkpointing(model)
         # A model with parts that learn at their own rates (PPO's policy and critic) names them.
         groups = model.optimizer_groups() if hasattr(model, "optimizer_groups") else None
-        optimizer = torch.optim.AdamW(
-            groups or model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
-        )
+        optimizer = make_optimizer(groups or model.parameters(), settings)
         scheduler = get_cosine_schedule_with_warmup(
             optimizer, round(settings.warmup_ratio * settings.max_steps), settings.max_steps
         )

@@ -5,10 +5,18 @@ adapters on its target linears (Hu et al. 2021); r 0 is full fine-tuning. The sa
 is the plain Hugging Face model with the adapters merged into its weights, so every later
 rule loads it as it loads any policy. A model with a head of its own (a reward model's score,
 a critic's trunk) names the task and the modules that train in full beside the adapters.
+
+QLoRA (Dettmers et al. 2023; `lora.quantize: nf4`): the frozen base is loaded in 4-bit
+NormalFloat with double quantization (bitsandbytes), computing in the policy's dtype, and
+only the adapters train. The adapters are merged into the start model loaded again
+unquantized, as the paper's recipe does: merged into the 4-bit weights, the sum would be
+quantized again. Everything that compares the policy with its start (a DPO reference, a KL
+penalty's reference with the adapters off) sees the same quantized base as the policy.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 from dataclasses import dataclass
@@ -29,14 +37,48 @@ class LoraSettings:
     dropout: float
     target_modules: tuple[str, ...]
     key: str = "lora"
+    quantize: str = "none"  # none, or nf4: the frozen base in 4-bit NormalFloat (QLoRA)
 
     @classmethod
     def from_config(cls, lora: dict, key: str) -> LoraSettings:
-        return cls(lora["r"], lora["alpha"], lora["dropout"], tuple(lora["target_modules"]), key)
+        settings = cls(
+            lora["r"], lora["alpha"], lora["dropout"], tuple(lora["target_modules"]), key,
+            lora.get("quantize", "none"),
+        )  # fmt: skip
+        if settings.quantize != "none" and not settings.enabled:
+            raise ReasonRLError(
+                f"config key '{key}.quantize' is {settings.quantize}: a quantized base trains"
+                " only through adapters; set r > 0"
+            )
+        return settings
 
     @property
     def enabled(self) -> bool:
         return self.r > 0
+
+    def load_options(self, dtype: str) -> dict:
+        """from_pretrained's keywords for the base the adapters train on: QLoRA's 4-bit
+        quantization (compute in `dtype`, the policy's), none otherwise."""
+        if self.quantize == "none":
+            return {}
+        try:
+            import bitsandbytes  # noqa: F401  (transformers' own message names no config key)
+        except ImportError as error:
+            raise ReasonRLError(
+                f"config key '{self.key}.quantize' is {self.quantize}: it needs bitsandbytes,"
+                f" which this environment ({sys.prefix}) lacks; install envs/lock-cpu.txt's"
+            ) from error
+        from transformers import BitsAndBytesConfig
+
+        from reasonrl.models import DTYPES
+
+        quantization = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type=self.quantize,
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=DTYPES[dtype],
+        )
+        return {"quantization_config": quantization}
 
 
 def add_adapters(
@@ -57,7 +99,7 @@ def add_adapters(
     # peft is imported only when adapters are asked for: environments that never train with
     # LoRA (the vLLM one) do not carry it
     try:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
     except ImportError as error:
         raise ReasonRLError(
             f"config key '{lora.key}.r' is {lora.r}: LoRA needs peft, which this environment "
@@ -83,6 +125,10 @@ def add_adapters(
         task_type=task,
         modules_to_save=list(trainable) or None,
     )
+    if is_quantized(model):
+        # norms and embeddings in fp32 for stable adapter training (the QLoRA recipe); the
+        # training loop turns gradient checkpointing on itself
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         adapted = get_peft_model(model, config)
@@ -94,12 +140,40 @@ def add_adapters(
     return adapted
 
 
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Whether `model` (or a peft model's base) holds bitsandbytes-quantized weights."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_quantized", False))
+
+
 def merged(model: torch.nn.Module) -> torch.nn.Module:
     """The plain model with its adapters merged into the weights (a model without adapters
-    as it is). Duck-typed on peft's merge_and_unload, so that a process that never added
-    adapters never imports peft."""
+    as it is); on a quantized base, merged into the start model loaded unquantized.
+    Duck-typed on peft's merge_and_unload, so that a process that never added adapters never
+    imports peft."""
     merge = getattr(model, "merge_and_unload", None)
-    return merge() if merge is not None else model
+    if merge is None:
+        return model
+    return _merged_unquantized(model) if is_quantized(model) else merge()
+
+
+def _merged_unquantized(model: torch.nn.Module) -> torch.nn.Module:
+    """A QLoRA model's adapters (and modules_to_save copies) merged into its start model,
+    loaded again from its folder in the compute dtype without quantization."""
+    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
+    from reasonrl.models import from_pretrained
+
+    base = model.get_base_model()
+    config = copy.deepcopy(base.config)
+    compute_dtype = config.quantization_config.bnb_4bit_compute_dtype
+    del config.quantization_config
+    start = from_pretrained(type(base), config.name_or_path, config=config, dtype=compute_dtype)
+    start = start.to(next(model.parameters()).device)
+    name = model.active_adapter
+    full = get_peft_model(start, copy.deepcopy(model.peft_config[name]))
+    set_peft_model_state_dict(full, get_peft_model_state_dict(model, adapter_name=name))
+    return full.merge_and_unload()
 
 
 @torch.no_grad()
@@ -108,10 +182,12 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     as it is: an online trainer sends them to its generator between steps. Each adapted
     linear is base + (alpha / r) B A (peft's own delta, so the sums are merge_and_unload's),
     a modules_to_save copy stands for its original; a model without adapters gives its own
-    state dict."""
+    state dict. A 4-bit base weight is dequantized (its quantization state left out)."""
     if not hasattr(model, "merge_and_unload"):
         return model.state_dict()
     base = model.get_base_model()
+    quantized = {name: module for name, module in base.named_modules() if _is_4bit_linear(module)}
+    quant_state_keys = tuple(f"{name}.weight." for name in quantized)
     deltas = {
         f"{name}.base_layer.weight": module.get_delta_weight(module.active_adapters[0])
         for name, module in base.named_modules()
@@ -119,8 +195,24 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     }
     state = {}
     for key, value in base.state_dict().items():
-        if ".lora_" in key or ".original_module." in key:
+        if ".lora_" in key or ".original_module." in key or key.startswith(quant_state_keys):
             continue
+        owner = key.removesuffix(".weight")
+        if owner in quantized:
+            value = _dequantized(quantized[owner])
         plain = key.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
         state[plain] = value + deltas[key] if key in deltas else value
     return state
+
+
+def _is_4bit_linear(module: torch.nn.Module) -> bool:
+    """A bitsandbytes 4-bit linear itself (not peft's wrapper, which shows its weight)."""
+    return not hasattr(module, "base_layer") and hasattr(
+        getattr(module, "weight", None), "quant_state"
+    )
+
+
+def _dequantized(module: torch.nn.Module) -> torch.Tensor:
+    from peft.utils.integrations import dequantize_bnb_weight
+
+    return dequantize_bnb_weight(module.weight, state=module.weight.quant_state)
