@@ -568,6 +568,9 @@ def _quiet_libraries() -> None:
     for name, value in QUIET_LIBRARIES.items():
         os.environ.setdefault(name, value)
     logging.getLogger("accelerate").setLevel(logging.WARNING)
+    # peft imports bitsandbytes, whose CPU backend warns on import that an optional faster
+    # kernel package (kernels-community) is not installed
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
 
 
 def _check_models(args: argparse.Namespace) -> None:
