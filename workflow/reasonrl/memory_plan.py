@@ -51,7 +51,7 @@ GPU_BYTES = 80 * GIB
 # Rules that start under `accelerate launch` with DeepSpeed when their job has several GPUs
 # (the `launch=launcher` param in workflow/rules/); the others use one GPU whatever the job
 # holds. tests/test_memory_plan.py keeps this in step with the rules.
-LAUNCHED_RULES = frozenset({"sft"})
+LAUNCHED_RULES = frozenset({"sft", "preference_train", "train_reward_model"})
 # The linears of a Llama-style layer, where LoRA puts adapters unless told otherwise (the
 # schema's default lora.target_modules).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -171,8 +171,10 @@ rule preference_train:
         config=lambda wildcards: preference_config_json(wildcards.method, "policy"),
         data=subpath(input.labels, parent=True),
         reference=reference_arg,
+        launch=launcher,
     shell:
-        "reasonrl preference-train --config-json {params.config} --variant {wildcards.method:q}"
+        "{params.launch} preference-train --config-json {params.config}"
+        " --variant {wildcards.method:q}"
         " --model {input.model:q} --data {params.data:q} {params.reference}"
         " --out {output:q} > {log:q} 2>&1"
 

@@ -158,8 +158,9 @@ rule train_reward_model:
     threads: torch_threads
     params:
         config=config_json("reward_models", "policy"),
+        launch=launcher,
     shell:
-        "reasonrl train-reward-model --config-json {params.config} --kind {wildcards.kind}"
+        "{params.launch} train-reward-model --config-json {params.config} --kind {wildcards.kind}"
         " --model {input.model:q} --problems {input.problems:q} --data {input.data:q}"
         " --out {output:q} > {log:q} 2>&1"
 

@@ -19,7 +19,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from accelerate import PartialState
 
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
@@ -30,6 +29,7 @@ from reasonrl.training.loop import (
     LossFn,
     StepHook,
     TrainingLoop,
+    is_main_process,
     save_trained_model,
     train,
 )
@@ -125,7 +125,7 @@ class TrainingRun:
         """The invocation's tracker (REASONRL_TRACKING), logging under RUN_NAME/JOB where JOB
         is the output folder less results/ (models/sft-tool, rm/arith/prm): unique per rule
         and wildcards. Only the main process of accelerate launch logs."""
-        if not PartialState().is_main_process:
+        if not is_main_process():
             return None
         return open_tracker(settings_from_environment(os.environ), self.job)
 
@@ -160,8 +160,13 @@ class TrainingRun:
         summary: dict | None = None,
     ) -> None:
         """Weights (LoRA adapters merged in), tokenizer, metrics and manifest, atomically;
-        then drop the checkpoints."""
+        then drop the checkpoints. `state_dict`: the loop's gathered one (ZeRO-3), which
+        holds the adapters of a LoRA run; only the main process writes."""
+        if not is_main_process():
+            return
+        adapted = hasattr(model, "merge_and_unload")
         save_trained_model(
-            self.out, merged(model), tokenizer, metrics, self.provenance, self.checkpoints,
-            extra_json=extra_json, summary=summary, state_dict=state_dict,
+            self.out, merged(model, state_dict), tokenizer, metrics, self.provenance,
+            self.checkpoints, extra_json=extra_json, summary=summary,
+            state_dict=None if adapted else state_dict,
         )  # fmt: skip

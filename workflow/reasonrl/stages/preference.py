@@ -290,7 +290,7 @@ def preference_train(
 ) -> dict:
     """One round of a variant: its loss through the shared loop, from the previous policy."""
     from reasonrl.stages._train import TrainingRun
-    from reasonrl.training.loop import LoopSettings
+    from reasonrl.training.loop import LoopSettings, steps_for_epochs
     from reasonrl.training.lora import LoraSettings
     from reasonrl.training.preference import (
         LOSSES,
@@ -325,7 +325,7 @@ def preference_train(
         loss_fn = PreferenceObjective(
             LossSettings(variant["loss"], variant["eta"], variant["nll_weight"])
         )
-    steps = max(1, round(section["epochs"] * len(rows) / batch_size))
+    steps = steps_for_epochs(section["epochs"], len(rows), batch_size, section["grad_accum"])
     settings = LoopSettings.from_config(
         {**section, "lr": variant["lr"] or section["lr"], "max_steps": steps}, seed
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator, PartialState
+from accelerate.utils import InitProcessGroupKwargs, parse_flag_from_env
 from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
@@ -174,7 +176,24 @@ class TrainingLoop:
         self.loss_fn, self.settings, self.checkpoints = loss_fn, settings, checkpoints
         self.on_step = on_step
         self.tracker = tracker or NullTracker()
-        accelerator = Accelerator(mixed_precision="bf16" if settings.precision == "bf16" else "no")
+        # Accumulation through accelerate: DDP skips the all-reduce and DeepSpeed the step on
+        # all but a step's last micro-batch (the launcher's DeepSpeed configs leave the count
+        # to this setting).
+        accelerator = Accelerator(
+            mixed_precision="bf16" if settings.precision == "bf16" else "no",
+            gradient_accumulation_steps=settings.grad_accum,
+            kwargs_handlers=_process_group_options(),
+        )
+        plugin = accelerator.state.deepspeed_plugin
+        if plugin is not None:
+            # DeepSpeed's batch bookkeeping wants a micro-batch size, which accelerate takes
+            # from a prepared data loader; this loop makes its own micro-batches (of rows or
+            # packed blocks), so DeepSpeed counts each as one.
+            plugin.deepspeed_config.update(
+                train_micro_batch_size_per_gpu=1,
+                gradient_accumulation_steps=settings.grad_accum,
+                train_batch_size=settings.grad_accum * accelerator.num_processes,
+            )
         torch.manual_seed(settings.seed)
         if settings.gradient_checkpointing:
             enable_gradient_checkpointing(model)
@@ -184,9 +203,12 @@ class TrainingLoop:
         scheduler = get_cosine_schedule_with_warmup(
             optimizer, round(settings.warmup_ratio * settings.max_steps), settings.max_steps
         )
-        self.model, self.optimizer, self.scheduler = accelerator.prepare(
-            model, optimizer, scheduler
-        )
+        # The schedule is stepped here once per optimizer step, unprepared: accelerate's
+        # wrapper steps it once per process per step (the schedule of a run over N GPUs ended
+        # after 1/N of its steps and the cosine rose again); checkpoints still hold it.
+        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        self.scheduler = scheduler
+        accelerator.register_for_checkpointing(scheduler)
         self.accelerator = accelerator
         self.step, self.history = 0, []
         if accelerator.is_main_process:
@@ -279,9 +301,9 @@ def _optimizer_step(
             )
         )  # fmt: skip
         batch = to_device(batch, accelerator.device)
-        with accelerator.autocast():
+        with accelerator.accumulate(model), accelerator.autocast():
             loss, stats = loss_fn(model, batch)
-        accelerator.backward(loss / settings.grad_accum)
+            accelerator.backward(loss)  # divided by grad_accum there (or in DeepSpeed's engine)
         stats = {"loss": loss.item(), **stats}
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + value
@@ -292,8 +314,51 @@ def _optimizer_step(
     optimizer.zero_grad(set_to_none=True)
     summed = {"tokens"}  # counts add up over micro-batches; the rest are averaged
     out = {k: v if k in summed else v / settings.grad_accum for k, v in totals.items()}
+    if accelerator.num_processes > 1:
+        out = _over_processes(out, accelerator, summed)
     out.update(lr=lr, grad_norm=float(grad_norm))
     return out
+
+
+def _over_processes(stats: dict[str, float], accelerator: Accelerator, summed: set) -> dict:
+    """A step's stats over the micro-batches of every process (each has those of its own):
+    the mean of the processes' means, the sum of their counts. So the history of a run over
+    N processes is that of one process with N times the gradient accumulation."""
+    keys = sorted(stats)
+    local = torch.tensor([stats[k] for k in keys], dtype=torch.float64, device=accelerator.device)
+    mean = accelerator.reduce(local, reduction="mean").tolist()
+    n = accelerator.num_processes
+    return {k: v * n if k in summed else v for k, v in zip(keys, mean, strict=True)}
+
+
+def _process_group_options() -> list:
+    """DeepSpeed launched on a machine without GPUs talks over gloo: told no backend there,
+    accelerate counts one process while DeepSpeed has them all (and the batch checks fail)."""
+    if torch.cuda.is_available() or not parse_flag_from_env("ACCELERATE_USE_DEEPSPEED"):
+        return []
+    return [InitProcessGroupKwargs(backend="gloo")]
+
+
+def is_main_process() -> bool:
+    """Whether this is the main process of accelerate launch (RANK 0), or the only one.
+    Read from the environment: a PartialState made before the loop's Accelerator fixes
+    accelerate's set-up, and made plainly on a CPU it is one process each (each then trained
+    on every micro-batch alone), as the Accelerator, which reads ACCELERATE_USE_CPU, is not."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def data_parallel_processes() -> int:
+    """How many processes accelerate launch (or torchrun) started for this job, 1 without it.
+    Read from the environment as accelerate reads it: building accelerate's PartialState
+    before the loop would fix its distributed set-up before the loop's Accelerator is made."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def steps_for_epochs(epochs: float, rows: int, batch_size: int, grad_accum: int) -> int:
+    """Optimizer steps that pass over `rows` `epochs` times: a step takes batch_size rows per
+    micro-batch, grad_accum micro-batches per process, on every data-parallel process."""
+    per_step = batch_size * grad_accum * data_parallel_processes()
+    return max(1, round(epochs * rows / per_step))
 
 
 def save_trained_model(

@@ -146,15 +146,31 @@ def is_quantized(model: torch.nn.Module) -> bool:
     return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_quantized", False))
 
 
-def merged(model: torch.nn.Module) -> torch.nn.Module:
+def merged(model: torch.nn.Module, gathered: dict | None = None) -> torch.nn.Module:
     """The plain model with its adapters merged into the weights (a model without adapters
-    as it is); on a quantized base, merged into the start model loaded unquantized.
-    Duck-typed on peft's merge_and_unload, so that a process that never added adapters never
-    imports peft."""
+    as it is). From `gathered`, the full state dict ZeRO-3 gathers, when given (the model's
+    own parameters are shards there); into the start model loaded again unquantized when the
+    base is 4-bit. Duck-typed on peft's merge_and_unload, so that a process that never added
+    adapters never imports peft."""
     merge = getattr(model, "merge_and_unload", None)
     if merge is None:
         return model
+    if gathered is not None:
+        return _merged_from_gathered(model, gathered)
     return _merged_unquantized(model) if is_quantized(model) else merge()
+
+
+def _merged_from_gathered(model: torch.nn.Module, gathered: dict) -> torch.nn.Module:
+    """A peft model like `model`, built plainly (not by from_pretrained, which ZeRO-3's
+    set-up would partition across processes that have finished), holding `gathered`, merged."""
+    from peft import get_peft_model
+
+    base = model.get_base_model()
+    with torch.random.fork_rng():  # its random start is overwritten: leave the seed as it was
+        plain = type(base)(copy.deepcopy(base.config))
+    adapted = get_peft_model(plain, copy.deepcopy(model.peft_config[model.active_adapter]))
+    adapted.load_state_dict(gathered)
+    return adapted.merge_and_unload()
 
 
 def _merged_unquantized(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,0 +1,186 @@
+"""The training rules launched over a job's GPUs (sft, preference_train, train_reward_model):
+each CLI verb run over two CPU processes (gloo), data parallel or under the profiles' DeepSpeed
+ZeRO-2/3 configs, trains as one process with twice the gradient accumulation does: the same
+micro-batches per step, so the same losses, learning rates and gradient norms step by step,
+and the same weights; with LoRA adapters too. Before, on a CPU each process trained alone,
+the learning-rate schedule ran once per process per step, DeepSpeed stepped at every
+micro-batch, and accelerate's DeepSpeed set-up stopped for want of a data loader."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_rewards import rm_inputs
+
+from reasonrl.config import validate_config
+from reasonrl.io import write_jsonl
+from reasonrl.models import load_policy
+from reasonrl.stages.preference import reference_logps
+from reasonrl.tasks import build_problems
+
+__all__ = ["rm_inputs"]  # test_rewards' fixture, used here
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+# Sums over processes (ZeRO's reduce-scatter) add in another order than one process does;
+# AdamW's normalised steps at lr 1e-2 turn those 1e-7 gradient differences into up to 3e-5.
+WEIGHT_ATOL = 1e-4
+
+
+# How each training rule's command starts (workflow/rules/common.smk launcher()): one
+# process; data parallel over two (DDP: torchrun, as accelerate launch starts a multi-GPU
+# job); accelerate launch with the profiles' DeepSpeed configs (fp32 here: bf16 would not
+# compare with the one-process run).
+LAUNCHERS = {
+    "one": [str(BIN / "reasonrl")],
+    "ddp": [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "reasonrl.cli"],
+    **{
+        zero: [
+            str(BIN / "accelerate"),
+            "launch",
+            "--config_file",
+            str(REPO / f"profiles/accelerate/deepspeed_{zero}.yaml"),
+            "--num_processes",
+            "2",
+            "--mixed_precision",
+            "no",
+            "-m",
+            "reasonrl.cli",
+        ]  # fmt: skip
+        for zero in ("zero2", "zero3")
+    },
+}
+
+
+def _run(folder: Path, launcher: str, *args: str) -> dict:
+    """`reasonrl ARGS` started by `launcher`; its metrics.json."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if launcher == "ddp":
+        env["ACCELERATE_USE_CPU"] = "true"  # DeepSpeed's launches find no GPU by themselves
+    done = subprocess.run(
+        [*LAUNCHERS[launcher], *args], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((folder / "metrics.json").read_text())
+
+
+def _same_training(one: dict, two: dict) -> None:
+    assert one["steps"] == two["steps"] > 1
+    for key in ("loss", "lr", "grad_norm"):
+        want = [h[key] for h in one["history"]]
+        assert [h[key] for h in two["history"]] == pytest.approx(want, rel=1e-4, abs=1e-6), key
+    assert one["history"][-1]["loss"] < one["history"][0]["loss"], "it learned something"
+
+
+def _same_weights(one: Path, two: Path, start: Path) -> None:
+    want, got = load_policy(one)[0].state_dict(), load_policy(two)[0].state_dict()
+    before = load_policy(start)[0].state_dict()
+    assert got.keys() == want.keys()
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
+    assert any(not torch.equal(want[k], before[k]) for k in want)
+
+
+@pytest.fixture(scope="module")
+def pairs(tiny_policy, tmp_path_factory) -> Path:
+    """16 M-DPO pairs with the tiny policy's cached reference log-probs."""
+    folder = tmp_path_factory.mktemp("pairs")
+
+    def chat(answer: str) -> list[dict]:
+        return [
+            {"role": "user", "content": "What is 12 + 30?"},
+            {"role": "assistant", "content": f"x = 12 + 30\nThe answer is {answer}."},
+        ]
+
+    rows = [
+        {"problem_id": f"p{i}", "task": "arith", "prompt": chat("")[:1],
+         "chosen": chat("42"), "rejected": chat(str(50 + i))}
+        for i in range(16)
+    ]  # fmt: skip
+    write_jsonl(folder / "labels/pairs.jsonl", rows, schema="preference_pair")
+    reference_logps(
+        validate_config({}), "mdpo", str(tiny_policy), str(folder / "labels"),
+        str(folder / "ref.jsonl"),
+    )  # fmt: skip
+    return folder
+
+
+@pytest.mark.parametrize("lora", [0, 4])
+def test_a_preference_round_over_two_processes_is_one_with_twice_the_accumulation(
+    tiny_policy, pairs, tmp_path, lora
+):
+    def config(grad_accum: int) -> str:
+        train = {"epochs": 2, "batch_size": 2, "grad_accum": grad_accum, "lr": 1e-2,
+                 "log_every": 1, "lora": {"r": lora, "alpha": 8}}  # fmt: skip
+        return json.dumps({"preference": {"train": train}})
+
+    runs = {}
+    for launcher, grad_accum in (("one", 2), ("ddp", 1), ("zero3", 1)):
+        out = tmp_path / launcher
+        args = ["preference-train", "--config-json", config(grad_accum), "--variant", "mdpo"]
+        args += ["--model", str(tiny_policy), "--data", str(pairs / "labels")]
+        args += ["--reference", str(pairs / "ref.jsonl"), "--out", str(out)]
+        runs[launcher] = _run(out, launcher, *args)
+    # 2 epochs of 16 pairs at 2 per micro-batch, 2 micro-batches per step (either way)
+    assert runs["one"]["steps"] == 8
+    for launcher in ("ddp", "zero3"):
+        _same_training(runs["one"], runs[launcher])
+        _same_weights(tmp_path / "one", tmp_path / launcher, tiny_policy)
+
+
+def test_reward_model_training_over_two_processes_is_one_with_twice_the_accumulation(
+    tiny_policy, rm_inputs, tmp_path
+):
+    from reasonrl.rewards.models import load_reward_model
+
+    runs = {}
+    for launcher, grad_accum in (("one", 4), ("ddp", 2), ("zero3", 2)):
+        train = {"max_steps": 4, "batch_size": 2, "grad_accum": grad_accum, "lr": 1e-2,
+                 "log_every": 1}  # fmt: skip
+        out = tmp_path / launcher
+        args = [
+            "train-reward-model",
+            "--config-json",
+            json.dumps({"reward_models": {"train": train}}),
+        ]
+        args += ["--kind", "bt", "--model", str(tiny_policy)]
+        args += ["--problems", str(rm_inputs / "problems.jsonl")]
+        args += ["--data", str(rm_inputs / "samples.jsonl"), "--out", str(out)]
+        runs[launcher] = _run(out, launcher, *args)
+    want = load_reward_model(tmp_path / "one")[0].state_dict()
+    for launcher in ("ddp", "zero3"):
+        _same_training(runs["one"], runs[launcher])
+        assert runs[launcher]["heldout"] == pytest.approx(runs["one"]["heldout"])
+        got = load_reward_model(tmp_path / launcher)[0].state_dict()
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
+
+
+def test_sft_over_two_processes_is_one_with_twice_the_accumulation(tmp_path):
+    from reasonrl.models import build_tiny_policy
+    from reasonrl.stages.models import corpus_texts
+
+    problems, _ = build_problems("arith", {"kind": "arith", "train_size": 16, "test_size": 1}, 0)
+    write_jsonl(tmp_path / "train.jsonl", problems, schema="problem")
+    # a tokenizer of the problems' own text, so that a solution fits the context
+    settings = {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2,
+                "num_heads": 2, "num_kv_heads": 2, "max_position_embeddings": 1024}  # fmt: skip
+    tiny_policy = tmp_path / "policy"
+    build_tiny_policy(corpus_texts([str(tmp_path / "train.jsonl")]), settings, 0, tiny_policy)
+    runs = {}
+    for launcher, grad_accum in (("one", 2), ("ddp", 1), ("zero2", 1)):
+        sft = {"max_steps": 4, "batch_size": 2, "grad_accum": grad_accum, "lr": 1e-2,
+               "max_length": 1024, "log_every": 1}  # fmt: skip
+        out = tmp_path / launcher
+        args = ["sft", "--config-json", json.dumps({"sft": sft}), "--style", "tool"]
+        args += ["--model", str(tiny_policy), "--train", str(tmp_path / "train.jsonl")]
+        runs[launcher] = _run(out, launcher, *args, "--out", str(out))
+    for launcher in ("ddp", "zero2"):
+        _same_training(runs["one"], runs[launcher])
+        _same_weights(tmp_path / "one", tmp_path / launcher, tiny_policy)
