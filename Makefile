@@ -18,7 +18,7 @@ run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
 
 test: setup lint test-deps vllm
-	$(BIN)/pytest -ra
+	$(BIN)/pytest -ra --durations=30
 
 lint: setup
 	$(BIN)/ruff check .

@@ -190,12 +190,12 @@ def _capacity_placements() -> dict[str, mp.Placement]:
 
 # With gradient checkpointing (every recipe's training sections) and Gemma's micro-batch of
 # 2 pairs, the M-DPO and PRM recipes fit. Not yet: the online learner's micro-batch of 128
-# pairs (activations ~95 GB) beside its vLLM engine, and PF-PPO's four 6.7B models with the
-# HF engine's KV cache (256 x 2048 tokens) on the policy's GPUs (issue 22 items 2, 4).
-# Strict: the day one fits, its mark goes.
+# pairs (activations ~95 GB) beside its vLLM engine, and PF-PPO's update of 8 trajectories of
+# 2048 tokens without checkpointing (activations ~197 GiB) beside policy, critic, reference,
+# RM and its vLLM generator (issue 22 items 2, 4). Strict: the day one fits, its mark goes.
 NOT_FITTING = {
     "gpu-async-dpo-rho-1b.yaml": "online_dpo: 128-pair micro-batch, ~169 GiB per GPU",
-    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo: 4 models and a 256x2048 KV cache, ~483 GiB",
+    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo: 8 x 2048-token activations, ~227 GiB per GPU",
 }
 
 

@@ -310,3 +310,47 @@ def test_ppo_without_a_reward_model_is_an_error(tiny_policy, problems, tmp_path)
     config = ppo_config(variants=[{"name": "br", "filter": "br"}])
     with pytest.raises(ReasonRLError, match="ppo.reward 'rm' needs a reward model"):
         run_ppo(config, "br", str(tiny_policy), None, str(problems), tmp_path / "out")
+
+
+def test_ppo_samples_with_the_configured_engine_sent_the_policys_weights(
+    tiny_policy, reward_model, problems, tmp_path, monkeypatch
+):
+    """generation.engine vllm: one engine, made from the SFT policy's folder, is sent the live
+    policy's weights before every use (each iteration's sampling, every held-out check), so
+    what it samples is the policy being trained. A stand-in (the HF engine on its own copy)
+    takes vLLM's place: vLLM lives in another venv on CPU."""
+    import reasonrl.ppo_run as ppo_run
+    from reasonrl.generation.hf import HFEngine
+
+    made, pushed, trained = [], [], {}
+
+    def make_engine(kind, path, settings, dtype):
+        made.append((kind, path))
+        engine = HFEngine.from_pretrained(path, settings["batch_size"], dtype)
+        load = engine.load_weights
+
+        def load_weights(state):
+            policy = trained["model"].policy
+            assert all(torch.equal(state[k], v) for k, v in policy.state_dict().items())
+            pushed.append({k: v.clone() for k, v in state.items()})
+            load(state)
+
+        engine.load_weights = load_weights
+        return engine
+
+    monkeypatch.setattr(ppo_run, "make_engine", make_engine)
+    start = ppo_run.PPORun.__init__
+
+    def keep(self, *args, **kwargs):
+        start(self, *args, **kwargs)
+        trained["model"] = self.model
+
+    monkeypatch.setattr(ppo_run.PPORun, "__init__", keep)
+    config = ppo_config(variants=[{"name": "m", "filter": "ppo-m"}])
+    config["generation"]["engine"] = "vllm"
+    run_ppo(config, "m", str(tiny_policy), str(reward_model), str(problems), tmp_path / "m")
+    assert made == [("vllm", str(tiny_policy))]
+    # held-out check, sampling, per iteration; the final held-out check
+    assert len(pushed) == 2 * 2 + 1
+    first, last = pushed[0], pushed[-1]
+    assert any(not torch.equal(first[k], last[k]) for k in first), "the trained weights went"

@@ -426,19 +426,22 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     if not ppo["variants"]:
         return []
     rows, length = ppo["batch_size"], ppo["max_length"]
-    # PPO trains in the policy's dtype (no precision key), generates with the HF engine;
-    # under ppo.lora a separate critic's trunk has adapters as the policy has.
+    # PPO trains in the policy's dtype (no precision key) and samples with the policy itself
+    # (HF engine: its KV cache) or a vLLM engine beside it (generation.engine); under
+    # ppo.lora a separate critic's trunk has adapters as the policy has.
     precision = "bf16" if _dtype_bytes(config) == 2 else "fp32"
     trained = [replace(_trained(ppo, rows, length), precision=precision)]
     if ppo["critic"] == "separate":  # built from the dequantized weights: never 4-bit
         trained.append(replace(trained[0], quantized=False))
     rm = int(ppo["reward"] != "oracle")
-    gen = config["generation"]["batch_size"] * config["rollout"]["max_total_tokens"]
     reference = _reference_copies(ppo)
     note = "reference + RM frozen" if reference else "RM frozen; reference: adapters off"
+    # the HF engine is the policy itself (no copy); a vLLM engine holds its own
+    vllm = int(config["generation"]["engine"] == "vllm")
+    generator = generation_spec("ppo", config, copies=vllm, frozen=reference + rm)
     return [
         generation_spec("ppo_r2", config, frozen=1),
-        RuleSpec("ppo", trained, frozen=reference + rm, kv_tokens=gen, note=note),
+        replace(generator, trained=trained, note=note),
     ]
 
 

@@ -27,7 +27,7 @@ import torch
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
-from reasonrl.generation import SamplingParams
+from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import atomic_path
 from reasonrl.rewards.sequence import SequenceScorer
@@ -41,6 +41,7 @@ from reasonrl.training.filtration import (
     select,
     selection_probabilities,
 )
+from reasonrl.training.lora import merged_state_dict
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOObjective,
@@ -137,7 +138,8 @@ class PPORun:
     `models`: the SFT policy (with its LoRA adapters where the run has them), its tokenizer
     and the reference at the SFT policy (a frozen copy, or the LoRA policy with its adapters
     off: training.reference); `adapt` puts the run's adapters on a separate critic's trunk
-    (PolicyCritic)."""
+    (PolicyCritic). `start_path`: the SFT policy's folder, which a vLLM generator
+    (generation.engine vllm) loads once before it is sent the policy's weights."""
 
     def __init__(
         self,
@@ -148,8 +150,11 @@ class PPORun:
         problems,
         ckpt,
         adapt: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+        start_path: str = "",
     ):
         self.config, self.variant = config, variant
+        self.start_path = start_path
+        self._generator = None  # the vLLM engine, made at the first rollouts
         self.section, self.seed = config["ppo"], config["seed"]
         policy, self.tokenizer, self.reference = models
         torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
@@ -172,7 +177,7 @@ class PPORun:
     # --- sampling ---------------------------------------------------------------------------
     def _rollouts(self, problems, samples: int, temperature: float, seed: int) -> list[dict]:
         policy = self.model.policy
-        engine = HFEngine(policy, self.tokenizer, self.config["generation"]["batch_size"])
+        engine = self._engine()
         params = SamplingParams(temperature=temperature, top_p=1.0, seed=seed)
         try:
             return run_rollouts(
@@ -181,6 +186,19 @@ class PPORun:
             )  # fmt: skip
         finally:
             policy.train()
+
+    def _engine(self):
+        """What samples the live policy: the HF engine on the policy itself, or (generation.
+        engine vllm) one vLLM engine, made once from the start model and sent the policy's
+        merged weights before each use."""
+        generation = self.config["generation"]
+        if generation["engine"] == "hf":
+            return HFEngine(self.model.policy, self.tokenizer, generation["batch_size"])
+        if self._generator is None:
+            dtype = self.config["policy"]["dtype"]
+            self._generator = make_engine(generation["engine"], self.start_path, generation, dtype)
+        self._generator.load_weights(merged_state_dict(self.model.policy))
+        return self._generator
 
     def iteration_prompts(self, iteration: int) -> list[dict]:
         """The iteration's prompts: the next slice of a fresh seeded permutation per pass."""

@@ -62,8 +62,9 @@ def ppo(
     models = (policy, tokenizer, reference)
     critic_adapters = partial(run.adapt, task="FEATURE_EXTRACTION")  # a bare trunk
     ppo_run = PPORun(
-        config, variant, models, reward_model, problems, run.checkpoints.folder, critic_adapters
-    )
+        config, variant, models, reward_model, problems, run.checkpoints.folder, critic_adapters,
+        start_path=model_path,
+    )  # fmt: skip
     per = ppo_run.steps_per_iteration
     settings = LoopSettings(
         max_steps=section["iterations"] * per,
