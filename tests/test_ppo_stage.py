@@ -354,3 +354,34 @@ def test_ppo_samples_with_the_configured_engine_sent_the_policys_weights(
     assert len(pushed) == 2 * 2 + 1
     first, last = pushed[0], pushed[-1]
     assert any(not torch.equal(first[k], last[k]) for k in first), "the trained weights went"
+
+
+def test_ppo_gradient_checkpointing_recomputes_policy_and_critic_with_the_same_losses(
+    tiny_policy, reward_model, problems, tmp_path, monkeypatch
+):
+    import reasonrl.ppo_run as ppo_run
+
+    models = []
+    start = ppo_run.PPORun.__init__
+
+    def keep(self, *args, **kwargs):
+        start(self, *args, **kwargs)
+        models.append(self.model)
+
+    monkeypatch.setattr(ppo_run.PPORun, "__init__", keep)
+    runs = {}
+    for checkpointing in (False, True):
+        config = ppo_config(
+            iterations=1, gradient_checkpointing=checkpointing,
+            variants=[{"name": "m", "filter": "ppo-m"}],
+        )  # fmt: skip
+        out = tmp_path / str(checkpointing)
+        runs[checkpointing] = run_ppo(
+            config, "m", str(tiny_policy), str(reward_model), str(problems), out
+        )
+    plain, recomputed = models
+    for model, on in ((plain, False), (recomputed, True)):
+        assert model.policy.is_activation_checkpointing is on
+        assert model.critic_trunk.is_activation_checkpointing is on
+    losses = [h["loss"] for h in runs[False]["history"]]
+    assert [h["loss"] for h in runs[True]["history"]] == pytest.approx(losses, rel=1e-4)

@@ -71,6 +71,7 @@ def ppo(
         lr=section["policy_lr"],
         max_grad_norm=section["max_grad_norm"],
         optimizer=section["optimizer"],
+        gradient_checkpointing=section["gradient_checkpointing"],
         checkpoint_every=per * section["checkpoint_iterations"],
         log_every=per,
         seed=seed,

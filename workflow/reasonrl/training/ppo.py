@@ -24,6 +24,7 @@ from transformers import AutoModel
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.sequences import action_logps
+from reasonrl.training.loop import enable_gradient_checkpointing
 from reasonrl.training.lora import merged_state_dict
 
 CRITIC_KINDS = ("separate", "shared")
@@ -165,6 +166,15 @@ class PolicyCritic(nn.Module):
         # The new critic parts join the policy on its device (the GPU load_policy chose).
         self.to(next(policy.parameters()).device)
         self.policy_lr, self.critic_lr = policy_lr, critic_lr
+
+    supports_gradient_checkpointing = True  # for the loop's gradient_checkpointing
+
+    def activation_checkpointing_enable(self, options: dict) -> None:
+        """Recompute each decoder layer in the backward pass, in the policy and in a separate
+        critic's trunk (transformers' own checkpointing on each model)."""
+        for model in (self.policy, self.critic_trunk):
+            if model is not None:
+                enable_gradient_checkpointing(model)
 
     def critic_parameters(self) -> list[nn.Parameter]:
         trunk = list(self.critic_trunk.parameters()) if self.critic_trunk is not None else []
