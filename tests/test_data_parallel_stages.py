@@ -184,3 +184,31 @@ def test_sft_over_two_processes_is_one_with_twice_the_accumulation(tmp_path):
     for launcher in ("ddp", "zero2"):
         _same_training(runs["one"], runs[launcher])
         _same_weights(tmp_path / "one", tmp_path / launcher, tiny_policy)
+
+
+def test_reference_logps_over_two_processes_are_the_one_process_rows(tiny_policy, pairs, tmp_path):
+    """Each process scores its part of the rows; the main one writes all, in order."""
+    config = json.dumps({"preference": {"train": {"max_length": 256}}})
+    rows = {}
+    for launcher in ("one", "ddp", "zero3"):
+        out = tmp_path / launcher / "reference.jsonl"
+        args = ["reference-logps", "--config-json", config, "--variant", "mdpo"]
+        args += ["--model", str(tiny_policy), "--data", str(pairs / "labels"), "--out", str(out)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+        if launcher != "ddp":
+            env.pop("ACCELERATE_USE_CPU")
+        done = subprocess.run(
+            [*LAUNCHERS[launcher], *args], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        # 16 pairs: 32 sequences, 16 scored by each of two processes
+        share = 32 if launcher == "one" else 16
+        assert done.stderr.count(f"reference log-probs of {share} of the 32 sequences") == (
+            1 if launcher == "one" else 2
+        )
+        rows[launcher] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows["one"]) == 16
+    for launcher in ("ddp", "zero3"):
+        assert [r["index"] for r in rows[launcher]] == [r["index"] for r in rows["one"]]
+        for got, want in zip(rows[launcher], rows["one"], strict=True):
+            assert got["logps"] == pytest.approx(want["logps"], rel=1e-5)

@@ -50,8 +50,10 @@ OVERHEAD_BYTES = 2 * GIB
 GPU_BYTES = 80 * GIB
 # Rules that start under `accelerate launch` with DeepSpeed when their job has several GPUs
 # (the `launch=launcher` param in workflow/rules/); the others use one GPU whatever the job
-# holds. tests/test_memory_plan.py keeps this in step with the rules.
-LAUNCHED_RULES = frozenset({"sft", "preference_train", "train_reward_model"})
+# holds. A launched rule that trains nothing (reference_logps) holds a whole model on each of
+# its GPUs, each scoring its part of the rows. tests/test_memory_plan.py keeps this in step
+# with the rules.
+LAUNCHED_RULES = frozenset({"sft", "preference_train", "train_reward_model", "reference_logps"})
 # The linears of a Llama-style layer, where LoRA puts adapters unless told otherwise (the
 # schema's default lora.target_modules).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -146,8 +146,10 @@ rule reference_logps:
     params:
         config=lambda wildcards: preference_config_json(wildcards.method, "policy"),
         data=subpath(input.labels, parent=True),
+        launch=launcher,
     shell:
-        "reasonrl reference-logps --config-json {params.config} --variant {wildcards.method:q}"
+        "{params.launch} reference-logps --config-json {params.config}"
+        " --variant {wildcards.method:q}"
         " --model {input.model:q} --data {params.data:q} --out {output.reference:q} > {log:q} 2>&1"
 
 

@@ -250,6 +250,7 @@ def reference_logps(
     """Reference log-probs of every training row, computed once for the round."""
     from reasonrl.models import load_policy
     from reasonrl.sequences import summed_logps
+    from reasonrl.training.loop import map_over_processes
     from reasonrl.training.lora import LoraSettings
     from reasonrl.training.preference import LOSSES
 
@@ -267,9 +268,18 @@ def reference_logps(
     dtype = config["policy"]["dtype"]
     model, tokenizer = load_policy(model_path, dtype, **lora.load_options(dtype))
     seqs = _sequences(tokenizer, variant, rows, config["preference"]["train"]["max_length"])
+    pad_id = tokenizer.pad_token_id
     paired = LOSSES[variant["loss"]][0] == "dpo"
     flat = [s for pair in seqs for s in pair] if paired else seqs
-    values = summed_logps(model, flat, tokenizer.pad_token_id)
+
+    def score(part: list) -> list[float]:
+        log.info("reference log-probs of %d of the %d sequences here", len(part), len(flat))
+        return summed_logps(model, part, pad_id)
+
+    # under accelerate launch each process scores its part; the main one writes them all
+    values = map_over_processes(score, flat)
+    if values is None:
+        return 0
     width = 2 if paired else 1
     out_rows = [
         {"index": i, "problem_id": row["problem_id"], "logps": values[i * width : (i + 1) * width]}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator, PartialState
-from accelerate.utils import InitProcessGroupKwargs, parse_flag_from_env
+from accelerate.utils import InitProcessGroupKwargs, gather_object, parse_flag_from_env
 from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
@@ -182,7 +182,7 @@ class TrainingLoop:
         accelerator = Accelerator(
             mixed_precision="bf16" if settings.precision == "bf16" else "no",
             gradient_accumulation_steps=settings.grad_accum,
-            kwargs_handlers=_process_group_options(),
+            kwargs_handlers=process_group_options(),
         )
         plugin = accelerator.state.deepspeed_plugin
         if plugin is not None:
@@ -331,7 +331,7 @@ def _over_processes(stats: dict[str, float], accelerator: Accelerator, summed: s
     return {k: v * n if k in summed else v for k, v in zip(keys, mean, strict=True)}
 
 
-def _process_group_options() -> list:
+def process_group_options() -> list:
     """DeepSpeed launched on a machine without GPUs talks over gloo: told no backend there,
     accelerate counts one process while DeepSpeed has them all (and the batch checks fail)."""
     if torch.cuda.is_available() or not parse_flag_from_env("ACCELERATE_USE_DEEPSPEED"):
@@ -345,6 +345,18 @@ def is_main_process() -> bool:
     accelerate's set-up, and made plainly on a CPU it is one process each (each then trained
     on every micro-batch alone), as the Accelerator, which reads ACCELERATE_USE_CPU, is not."""
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def map_over_processes(fn: Callable[[list], list], items: list) -> list | None:
+    """`fn(items)`; under accelerate launch, `fn` of each process's contiguous part of
+    `items`, the results gathered in order on the main process (None on the others)."""
+    if data_parallel_processes() == 1:
+        return fn(items)
+    accelerator = Accelerator(kwargs_handlers=process_group_options())
+    with accelerator.split_between_processes(items) as part:
+        done = fn(part)
+    gathered = gather_object(done)
+    return gathered if accelerator.is_main_process else None
 
 
 def data_parallel_processes() -> int:
