@@ -267,7 +267,7 @@ def reference_logps(
     lora = LoraSettings.from_config(train["lora"], "preference.train.lora")
     dtype = config["policy"]["dtype"]
     model, tokenizer = load_policy(model_path, dtype, **lora.load_options(dtype))
-    seqs = _sequences(tokenizer, variant, rows, config["preference"]["train"]["max_length"])
+    seqs = _sequences(tokenizer, variant, rows, train["max_length"])
     pad_id = tokenizer.pad_token_id
     paired = LOSSES[variant["loss"]][0] == "dpo"
     flat = [s for pair in seqs for s in pair] if paired else seqs

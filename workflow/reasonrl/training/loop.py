@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator, PartialState
+from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs, gather_object, parse_flag_from_env
 from tqdm import tqdm
 from transformers import get_cosine_schedule_with_warmup
@@ -388,7 +388,7 @@ def save_trained_model(
     metrics.json, the history as metrics.csv, the manifest with the final loss and
     `summary`), then drop the run's resumable checkpoints. Under accelerate launch only the
     main process writes; `state_dict` is train()'s gathered one where weights were sharded."""
-    if not PartialState().is_main_process:
+    if not is_main_process():
         return
 
     def save(tmp: Path) -> None:
