@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_quantized_training import write_pairs
 from test_rewards import rm_inputs
 
 from reasonrl.config import validate_config
@@ -91,19 +92,7 @@ def _same_weights(one: Path, two: Path, start: Path) -> None:
 def pairs(tiny_policy, tmp_path_factory) -> Path:
     """16 M-DPO pairs with the tiny policy's cached reference log-probs."""
     folder = tmp_path_factory.mktemp("pairs")
-
-    def chat(answer: str) -> list[dict]:
-        return [
-            {"role": "user", "content": "What is 12 + 30?"},
-            {"role": "assistant", "content": f"x = 12 + 30\nThe answer is {answer}."},
-        ]
-
-    rows = [
-        {"problem_id": f"p{i}", "task": "arith", "prompt": chat("")[:1],
-         "chosen": chat("42"), "rejected": chat(str(50 + i))}
-        for i in range(16)
-    ]  # fmt: skip
-    write_jsonl(folder / "labels/pairs.jsonl", rows, schema="preference_pair")
+    write_pairs(folder / "labels", 16)
     reference_logps(
         validate_config({}), "mdpo", str(tiny_policy), str(folder / "labels"),
         str(folder / "ref.jsonl"),

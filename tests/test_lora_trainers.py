@@ -242,6 +242,29 @@ def test_a_lora_reward_model_trains_adapters_and_its_head_and_saves_a_plain_fold
 # ---- PPO -------------------------------------------------------------------------------------
 
 
+def ppo_config(lora: dict, **ppo) -> dict:
+    """Two PPO-M iterations of 2 prompts x 2 responses with a separate critic under `lora`."""
+    section = {
+        "iterations": 2,
+        "prompts_per_iteration": 2,
+        "responses_per_prompt": 2,
+        "draws_per_prompt": 1,
+        "heldout_prompts": 1,
+        "ppo_epochs": 1,
+        "batch_size": 4,
+        "policy_lr": 1e-2,
+        "critic_lr": 1e-2,
+        "max_length": 256,
+        "critic": "separate",
+        "lora": lora,
+        "variants": [{"name": "m", "filter": "ppo-m"}],
+        **ppo,
+    }
+    return validate_config(
+        {"tasks": {"pycode": {"kind": "pycode"}}, "rollout": ROLLOUT, "ppo": section}
+    )
+
+
 def _ppo_inputs(tiny_policy: Path, folder: Path) -> tuple[Path, Path]:
     """Short pycode prompts (the tiny policy's context is 256 tokens) and an untrained BT RM
     on the policy: its scores vary with the text, which is all PPO needs here."""
@@ -281,24 +304,7 @@ def test_lora_ppo_trains_the_adapters_of_policy_and_critic_and_the_value_head(
         return buffer
 
     monkeypatch.setattr(ppo_run.PPORun, "experience", checked)
-    ppo = {
-        "iterations": 2,
-        "prompts_per_iteration": 2,
-        "responses_per_prompt": 2,
-        "draws_per_prompt": 1,
-        "heldout_prompts": 1,
-        "ppo_epochs": 1,
-        "batch_size": 4,
-        "policy_lr": 1e-2,
-        "critic_lr": 1e-2,
-        "max_length": 256,
-        "critic": "separate",
-        "lora": LORA,
-        "variants": [{"name": "m", "filter": "ppo-m"}],
-    }
-    config = validate_config(
-        {"tasks": {"pycode": {"kind": "pycode"}}, "rollout": ROLLOUT, "ppo": ppo}
-    )
+    config = ppo_config(LORA)
     out = tmp_path / "ppo-m"
     run_ppo(config, "m", str(tiny_policy), str(rm), str(problems), out)
     (started,) = trained_models

@@ -13,10 +13,10 @@ import pytest
 import torch
 from test_lora import _samples
 from test_lora_trainers import (
-    ROLLOUT,
     _check_folder,
     _ppo_inputs,
     no_reference_copy,
+    ppo_config,
     trained_models,
 )
 
@@ -119,7 +119,9 @@ def test_the_weights_sent_to_a_generator_are_the_dequantized_base_plus_the_delta
             assert torch.equal(state[key], full[key]), key
 
 
-def _pairs(tmp_path) -> str:
+def write_pairs(folder, count: int) -> str:
+    """`count` M-DPO pairs (42 chosen, a wrong sum rejected) in folder/pairs.jsonl."""
+
     def chat(answer: str) -> list[dict]:
         return [
             {"role": "user", "content": "What is 12 + 30?"},
@@ -129,11 +131,10 @@ def _pairs(tmp_path) -> str:
     rows = [
         {"problem_id": f"p{i}", "task": "arith", "prompt": chat("")[:1],
          "chosen": chat("42"), "rejected": chat(str(50 + i))}
-        for i in range(4)
+        for i in range(count)
     ]  # fmt: skip
-    data = tmp_path / "labels"
-    write_jsonl(data / "pairs.jsonl", rows, schema="preference_pair")
-    return str(data)
+    write_jsonl(folder / "pairs.jsonl", rows, schema="preference_pair")
+    return str(folder)
 
 
 def test_a_qlora_rounds_reference_is_its_quantized_start_so_the_first_loss_is_ln_2(
@@ -144,7 +145,7 @@ def test_a_qlora_rounds_reference_is_its_quantized_start_so_the_first_loss_is_ln
     lora = {"r": 4, "alpha": 8, "target_modules": list(TARGETS), "quantize": "nf4"}
     train_section = {"epochs": 1, "batch_size": 2, "lr": 1e-3, "lora": lora}
     config = validate_config({"preference": {"train": train_section}})
-    data = _pairs(tmp_path)
+    data = write_pairs(tmp_path / "labels", 4)
     model = str(tiny_policy)
     reference_logps(config, "mdpo", model, data, str(tmp_path / "ref.jsonl"))
     plain = validate_config({"preference": {"train": {**train_section, "lora": {"r": 4}}}})
@@ -332,16 +333,7 @@ def test_qlora_ppo_trains_adapters_on_a_4bit_policy_and_an_unquantized_critic_tr
         return buffer
 
     monkeypatch.setattr(ppo_run.PPORun, "experience", recorded)
-    ppo = {
-        "iterations": 2, "prompts_per_iteration": 2, "responses_per_prompt": 2,
-        "draws_per_prompt": 1, "heldout_prompts": 1, "ppo_epochs": 1, "batch_size": 4,
-        "policy_lr": 1e-2, "critic_lr": 1e-2, "max_length": 256, "critic": "separate",
-        "optimizer": "adamw8bit", "lora": {"r": 4, "alpha": 8, "quantize": "nf4"},
-        "variants": [{"name": "m", "filter": "ppo-m"}],
-    }  # fmt: skip
-    config = validate_config(
-        {"tasks": {"pycode": {"kind": "pycode"}}, "rollout": ROLLOUT, "ppo": ppo}
-    )
+    config = ppo_config({"r": 4, "alpha": 8, "quantize": "nf4"}, optimizer="adamw8bit")
     out = tmp_path / "ppo-m"
     run_ppo(config, "m", str(tiny_policy), str(rm), str(problems), out)
     (started,) = trained_models
