@@ -349,13 +349,19 @@ def is_main_process() -> bool:
 
 def map_over_processes(fn: Callable[[list], list], items: list) -> list | None:
     """`fn(items)`; under accelerate launch, `fn` of each process's contiguous part of
-    `items`, the results gathered in order on the main process (None on the others)."""
+    `items`, the results gathered in order on the main process (None on the others). It is
+    the job's last collective: the process group is closed after it."""
     if data_parallel_processes() == 1:
         return fn(items)
     accelerator = Accelerator(kwargs_handlers=process_group_options())
     with accelerator.split_between_processes(items) as part:
         done = fn(part)
     gathered = gather_object(done)
+    # The process group ends here, on every process together: a process that left with it
+    # still open aborted at exit ("terminate called without an active exception") while the
+    # main one was still writing.
+    accelerator.wait_for_everyone()
+    torch.distributed.destroy_process_group()
     return gathered if accelerator.is_main_process else None
 
 
