@@ -233,6 +233,28 @@ def test_declared_arm_the_config_does_not_evaluate_is_one_line():
         validate_config(raw, "my.yaml")
 
 
+def test_an_online_arm_is_compared_on_its_task_and_the_evaluation_tasks_a_ppo_arm_on_its_own():
+    from reasonrl.config import evaluated_arms, validate_config
+
+    raw = {
+        "tasks": {
+            "arith": {"kind": "arith"},
+            "arith3": {"kind": "arith"},
+            "pycode": {"kind": "pycode"},
+        },
+        "evaluation": {"tasks": ["arith"]},
+        "online_dpo": {"task": "arith3", "variants": [{"name": "async"}]},
+        "ppo": {"task": "pycode", "variants": [{"name": "s", "filter": "ppo-s"}]},
+    }
+    arms = evaluated_arms(validate_config(raw))
+    assert arms["online-async"] == ["arith3", "arith"]
+    assert arms["ppo-s"] == ["pycode"]
+    cost = {"name": "cost", "a": "online-async", "b": "sft-tool", "task": "arith", "margin": 0.03}
+    validate_config({**raw, "comparisons": {"declared": [cost]}})
+    with pytest.raises(ReasonRLError, match=r"'ppo-s' is not a policy this config evaluates"):
+        validate_config({**raw, "comparisons": {"declared": [{**cost, "a": "ppo-s"}]}})
+
+
 def test_a_search_arm_scores_each_problem_as_the_best_of_n_table_does(tmp_path):
     from best_of_n_files import groups_by_hand, write_best_of_n
 

@@ -166,6 +166,20 @@ def test_a_preference_pool_feeds_the_rounds_and_leaves_the_task_splits_alone(sna
     assert data == sorted(job["shell"] for job in plain if job["rule"] == "make_task_data")
 
 
+def test_an_online_dpo_pool_feeds_the_online_learner(snakemake, tmp_path):
+    extra = tmp_path / "pool.yaml"
+    extra.write_text(
+        "tasks: {arith: {kind: arith, pools: {online_dpo: 200}}}\n"
+        "online_dpo: {variants: [{name: async}]}\n"
+    )
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
+    pool = next(job for job in jobs if job["rule"] == "make_task_pool")
+    assert pool["wildcards"] == "task=arith, pool=online_dpo"
+    online = next(job for job in jobs if job["rule"] == "online_dpo")
+    assert "results/data/arith/pool-online_dpo/problems.jsonl" in online["input"]
+    assert "results/data/arith/train.jsonl" not in online["input"]
+
+
 def test_online_dpo_rewarded_by_the_bt_rm_takes_the_tasks_reward_model(snakemake, tmp_path):
     extra = tmp_path / "rm.yaml"
     extra.write_text(

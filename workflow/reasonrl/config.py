@@ -279,9 +279,12 @@ def evaluated_arms(config: dict) -> dict[str, list[str]]:
         rounds = range(1, variant["rounds"] + 1)
         arms.update((f"{variant['name']}-round{r}", tasks) for r in rounds)
         arms[f"{variant['name']}-best"] = tasks
-    for section, prefix in (("online_dpo", "online"), ("ppo", "ppo")):
-        for variant in config[section]["variants"]:
-            arms[f"{prefix}-{variant['name']}"] = [config[section]["task"]]
+    online_tasks = list(dict.fromkeys([config["online_dpo"]["task"], *tasks]))
+    for variant in config["online_dpo"]["variants"]:
+        # its own task, and the evaluation tasks: what it costs on another band is a claim too
+        arms[f"online-{variant['name']}"] = online_tasks
+    for variant in config["ppo"]["variants"]:
+        arms[f"ppo-{variant['name']}"] = [config["ppo"]["task"]]
     return arms
 
 

@@ -80,17 +80,18 @@ def task_data_json(wildcards):
     )
 
 
+def prompt_path(consumer, task):
+    """The problems a consumer draws its prompts of `task` from: its pool of the task when the
+    task declares one (disjoint from what SFT trains and evaluation tests on), else the train
+    split."""
+    if consumer in config["tasks"][task]["pools"]:
+        return f"results/data/{task}/pool-{consumer}/problems.jsonl"
+    return f"results/data/{task}/train.jsonl"
+
+
 def prompt_source(consumer):
-    """The problems a consumer draws its prompts from: its pool of the task when the task
-    declares one (disjoint from what SFT trains and evaluation tests on), else the train split.
-    """
-
-    def source(wildcards):
-        if consumer in config["tasks"][wildcards.task]["pools"]:
-            return f"results/data/{wildcards.task}/pool-{consumer}/problems.jsonl"
-        return f"results/data/{wildcards.task}/train.jsonl"
-
-    return source
+    """`prompt_path` of the rule's {task} wildcard."""
+    return lambda wildcards: prompt_path(consumer, wildcards.task)
 
 
 def train_files(tasks):
@@ -583,6 +584,11 @@ ONLINE = config["online_dpo"]
 
 def online_names():
     return [variant["name"] for variant in ONLINE["variants"]]
+
+
+def online_prompts(wildcards):
+    """The online learner's prompts: online_dpo.task's `online_dpo` pool, or its train split."""
+    return prompt_path("online_dpo", ONLINE["task"])
 
 
 def online_label(name):

@@ -11,7 +11,7 @@ rule online_dpo:
     input:
         gate=calibration_gate(),
         model=f"results/models/{ONLINE['policy']}",
-        train=f"results/data/{ONLINE['task']}/train.jsonl",
+        train=online_prompts,
         reward_model=bt_reward_model(ONLINE),
     output:
         model=directory("results/models/online-{online}"),
