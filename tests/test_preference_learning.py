@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reasonrl.calibration import sampled_outcomes
 from reasonrl.comparisons import compare, greedy_correct, holm
 from reasonrl.config import validate_config
 from reasonrl.io import read_jsonl
@@ -159,11 +160,9 @@ def mdpo_run(train_start) -> dict:
 
 def headroom(samples_path: Path) -> dict:
     """pass@k and the share of prompts with both a right and a wrong sample."""
-    by_prompt: dict[str, list[bool]] = {}
-    for row in read_jsonl(samples_path, schema="trajectory"):
-        by_prompt.setdefault(row["problem_id"], []).append(row["correct"])
-    solved = [any(v) for v in by_prompt.values()]
-    mixed = [any(v) and not all(v) for v in by_prompt.values()]
+    outcomes = sampled_outcomes(read_jsonl(samples_path, schema="trajectory"))
+    solved = [any(o) for o in outcomes]
+    mixed = [any(o) and not all(o) for o in outcomes]
     return {"pass@k": sum(solved) / len(solved), "mixed": sum(mixed) / len(mixed)}
 
 
