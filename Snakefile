@@ -2,7 +2,7 @@
 # build (or convert) base policy -> make task data -> SFT (tool, cot) -> evaluate -> report
 import os
 
-from reasonrl.config import read_yaml, validate_config
+from reasonrl.config import named_tasks, read_yaml, validate_config
 from reasonrl.errors import ReasonRLError, exit_with
 from reasonrl.tracking import ENV_VAR, workflow_environment
 
@@ -20,6 +20,19 @@ configfile: "config/config.yaml"
 
 report: "workflow/report/workflow.rst"
 
+
+# Snakemake merges every section key by key; a recipe's `tasks` replace the default's instead
+# (reasonrl.config.merged_over), in the order Snakemake merges: config.yaml, then --configfile.
+try:
+    cli_files = list(workflow.config_settings.configfiles)
+    default_files = [f for f in workflow.configfiles if f not in cli_files]
+    tasks = named_tasks(
+        default_files + cli_files, dict(workflow.config_settings.config)
+    )
+except ReasonRLError as err:
+    exit_with(err)
+if tasks is not None:
+    config["tasks"] = tasks
 
 # Fill schema defaults in place (rules read config[...]) and reject unknown keys in one line.
 config_files = " + ".join(map(str, workflow.configfiles)) or "config"

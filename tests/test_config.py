@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from reasonrl.config import load_config, sft_policies, validate_config
+from reasonrl.config import (
+    load_config,
+    load_workflow_config,
+    named_tasks,
+    sft_policies,
+    validate_config,
+)
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import load_schema
 
@@ -142,6 +148,36 @@ def test_reward_model_task_policies_must_name_reward_model_tasks():
 def test_task_lists_must_name_configured_tasks():
     with pytest.raises(ReasonRLError, match="'evaluation.tasks' names 'gsm8k'"):
         validate_config({"evaluation": {"tasks": ["gsm8k"]}}, "my.yaml")
+
+
+def test_online_dpo_task_must_be_configured_when_a_variant_runs():
+    raw = {"tasks": {"arith": {"kind": "arith"}}, "online_dpo": {"task": "arith3"}}
+    validate_config(raw, "my.yaml")  # no variant: nothing reads the task
+    raw["online_dpo"]["variants"] = [{"name": "async"}]
+    with pytest.raises(ReasonRLError, match="'online_dpo.task' names 'arith3'"):
+        validate_config(raw, "my.yaml")
+
+
+def test_a_config_file_naming_tasks_replaces_the_defaults_task_set(tmp_path):
+    default = tmp_path / "default.yaml"
+    default.write_text(
+        "tasks: {arith: {kind: arith, max_ops: 2}, arith3: {kind: arith, min_ops: 3}}\n"
+        "sft: {max_steps: 9}\n"
+    )
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("tasks: {arith: {kind: arith, train_size: 5}}\n")
+    steps = tmp_path / "steps.yaml"
+    steps.write_text("sft: {max_steps: 3}\n")
+    config = load_workflow_config([str(recipe), str(steps)], default=str(default))
+    assert list(config["tasks"]) == ["arith"]
+    # the default's arith settings are not merged in: the schema's fill the rest
+    assert (config["tasks"]["arith"]["train_size"], config["tasks"]["arith"]["max_ops"]) == (5, 4)
+    assert config["sft"]["max_steps"] == 3  # every other section merges
+    files = [str(default), str(recipe), str(steps)]
+    assert named_tasks(files, {}) == {"arith": {"kind": "arith", "train_size": 5}}
+    edited = named_tasks(files, {"tasks": {"arith": {"test_size": 7}}})
+    assert edited == {"arith": {"kind": "arith", "train_size": 5, "test_size": 7}}
+    assert named_tasks([str(steps)], {}) is None
 
 
 def test_conda_env_pins_what_the_lock_pins():

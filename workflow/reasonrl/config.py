@@ -91,7 +91,9 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     if {"sft", "preference"} <= set(raw or {}) and not stage:
         _check_round0(filled, source)
     _check_reward_models(raw or {}, filled, source, stage)
-    _check_online(filled["online_dpo"], source)
+    _check_online(
+        filled["online_dpo"], filled["tasks"], source, {"tasks", "online_dpo"} <= set(raw or {})
+    )
     _check_ppo(raw or {}, filled, source)
     if "comparisons" in (raw or {}) and not stage:
         _check_comparisons(filled, source)
@@ -151,9 +153,15 @@ def _check_sft(section: dict, source: str) -> None:
         _reject_repeat(names, name, "sft.variants", source)
 
 
-def _check_online(section: dict, source: str) -> None:
-    """online_dpo variant names unique; steps split into whole generation rounds."""
+def _check_online(section: dict, tasks: dict, source: str, both_given: bool) -> None:
+    """online_dpo variant names unique; steps split into whole generation rounds; the prompt
+    task configured (when there are variants to run)."""
     names = [v["name"] for v in section["variants"]]
+    if both_given and names and section["task"] not in tasks:
+        raise ReasonRLError(
+            f"{source}: config key 'online_dpo.task' names '{section['task']}', "
+            "which is not under 'tasks'"
+        )
     for variant in section["variants"]:
         _reject_repeat(names, variant["name"], "online_dpo.variants", source)
         if section["steps"] % variant["off_policy"]:
@@ -449,11 +457,36 @@ def _merged(base: dict, update: dict) -> dict:
     return out
 
 
+def merged_over(base: dict, update: dict) -> dict:
+    """`update` over `base` as one more config file: sections merged key by key, except
+    `tasks`, which an update that names it replaces whole. A recipe says which tasks it runs;
+    merging would run the default's tasks (data, tokenizer corpus) in every recipe too."""
+    out = _merged(base, update)
+    if isinstance(update.get("tasks"), dict):
+        out["tasks"] = update["tasks"]
+    return out
+
+
+def named_tasks(configfiles: list[str], cli_config: dict) -> dict | None:
+    """The task set of a Snakemake run: `tasks` of the last config file naming it (files in
+    the order Snakemake merges them), with `--config` edits over it; None when none names it."""
+    tasks = None
+    for path in configfiles:
+        mapping = _read_mapping(path) or {}
+        if isinstance(mapping.get("tasks"), dict):
+            tasks = mapping["tasks"]
+    edits = cli_config.get("tasks")
+    if tasks is not None and isinstance(edits, dict):
+        tasks = _merged(tasks, edits)
+    return tasks
+
+
 def load_workflow_config(configfiles: list[str], default: str = "config/config.yaml") -> dict:
     """The config the workflow runs with `--configfile` each of `configfiles`: the default
-    config file (when present) with each merged over it in turn, validated, defaults filled."""
+    config file (when present) with each merged over it in turn (`merged_over`), validated,
+    defaults filled."""
     merged: dict = {}
     sources = [default] if Path(default).is_file() else []
     for path in sources + list(configfiles):
-        merged = _merged(merged, _read_mapping(path) or {})
+        merged = merged_over(merged, _read_mapping(path) or {})
     return validate_config(merged, " + ".join(map(str, sources + list(configfiles))))
