@@ -158,6 +158,18 @@ def test_online_dpo_task_must_be_configured_when_a_variant_runs():
         validate_config(raw, "my.yaml")
 
 
+def test_the_calibration_policy_must_be_sampled():
+    raw = {
+        "tasks": {"arith": {"kind": "arith"}, "arith3": {"kind": "arith"}},
+        "evaluation": {"n_samples": 8, "temperature": 0.7, "sampled_policies": ["sft-tool"]},
+        "calibration": {"frontier_task": "arith3"},
+    }
+    validate_config(raw, "my.yaml")
+    raw["evaluation"]["sampled_policies"] = ["sft-cot"]
+    with pytest.raises(ReasonRLError, match="'evaluation.sampled_policies' leaves out 'sft-tool'"):
+        validate_config(raw, "my.yaml")
+
+
 def test_a_config_file_naming_tasks_replaces_the_defaults_task_set(tmp_path):
     default = tmp_path / "default.yaml"
     default.write_text(

@@ -218,6 +218,12 @@ def _check_calibration(filled: dict, source: str) -> None:
             f" not an SFT policy of sft.variants ({', '.join(names)})"
         )
     evaluation = filled["evaluation"]
+    sampled = evaluation["sampled_policies"]
+    if sampled is not None and section["policy"] not in sampled:
+        raise ReasonRLError(
+            f"{source}: config key 'evaluation.sampled_policies' leaves out"
+            f" '{section['policy']}', the calibration's policy: its pass@k needs samples"
+        )
     if evaluation["n_samples"] < section["k"]:
         raise ReasonRLError(
             f"{source}: config key 'calibration.k' ({section['k']}) exceeds evaluation.n_samples"

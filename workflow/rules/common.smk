@@ -169,8 +169,11 @@ def sft_train_files(wildcards):
 
 
 def evaluated_policies():
+    """The policies of the summary, each on every evaluation task (easy and frontier band
+    reported apart): base, SFT, every preference round and every online DPO run."""
     sft = [f"sft-{name}" for name in SFT_POLICIES]
-    return ["base", *sft, *preference_policies()]
+    online = [f"online-{name}" for name in online_names()]
+    return ["base", *sft, *preference_policies(), *online]
 
 
 def evaluated_tasks(policy):
@@ -409,6 +412,17 @@ def preference_shared_json(*sections, parts):
     variant or learning rate does not rerun prompt making, sampling or labelling)."""
     reduced = json.loads(shlex.split(config_json(*sections))[0])
     reduced["preference"] = {k: PREFERENCE[k] for k in ("task", *parts)}
+    return shlex.quote(json.dumps(reduced, sort_keys=True))
+
+
+def evaluation_config_json(wildcards):
+    """The evaluate rule's config: greedy pass@1 only for a policy that
+    evaluation.sampled_policies leaves out."""
+    sections = ("evaluation", "policy", "rollout", "generation", "sandbox", "tasks")
+    reduced = json.loads(shlex.split(config_json(*sections, task=wildcards.task))[0])
+    sampled = reduced["evaluation"].pop("sampled_policies")
+    if sampled is not None and wildcards.policy not in sampled:
+        reduced["evaluation"].update(n_samples=0, k=[1])
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
 

@@ -21,15 +21,7 @@ rule evaluate:
         rule_container("evaluate")
     threads: torch_threads
     params:
-        config=lambda wildcards: config_json(
-            "evaluation",
-            "policy",
-            "rollout",
-            "generation",
-            "sandbox",
-            "tasks",
-            task=wildcards.task,
-        ),
+        config=evaluation_config_json,
         model=model_arg,
         style=lambda wildcards: policy_style(wildcards.policy),
         out_dir=subpath(output.metrics, parent=True),
