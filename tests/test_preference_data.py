@@ -252,18 +252,17 @@ def test_more_pairs_per_prompt_take_distinct_losers_each_with_a_winner():
     assert [p["problem_id"] for p in two] == ["a", "a", "b"]
 
 
-def test_frontier_config_pool_fills_every_round_after_decontamination(tmp_path):
-    """config/frontier.yaml's preference pool, decontaminated against both test splits, still
-    gives each round its per_round prompts (a short pool silently shrinks the last round)."""
+def test_default_config_pool_fills_every_round_after_decontamination(tmp_path):
+    """config/config.yaml's preference pool of the frontier band, decontaminated against both
+    test splits, still gives each round its per_round prompts (a short pool silently shrinks
+    the last round)."""
     from reasonrl.config import load_workflow_config
     from reasonrl.io import write_jsonl
     from reasonrl.stages.preference import augment_prompts
     from reasonrl.tasks import build_splits
 
     repo = Path(__file__).resolve().parents[1]
-    config = load_workflow_config(
-        [str(repo / "config/frontier.yaml")], default=str(repo / "config/config.yaml")
-    )
+    config = load_workflow_config([], default=str(repo / "config/config.yaml"))
     task = config["preference"]["task"]
     eval_sets = {}
     for name in config["evaluation"]["tasks"]:

@@ -51,13 +51,16 @@ def test_dry_run_succeeds(snakemake, config):
     assert rule_counts(result)["report"] == 1
 
 
-def test_default_dag_builds_tiny_policy_sfts_both_styles_and_evaluates_three_policies(snakemake):
+def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(snakemake):
     result = snakemake("-n", "-p")
     assert rule_counts(result) == {
         "make_task_data": 2,
+        "make_task_pool": 3,
         "build_tiny_policy": 1,
-        "sft": 2,
-        "evaluate": 6,
+        "sft": 1,
+        "evaluate": 12,
+        "calibrate": 1,
+        "calibration_gate": 1,
         "report": 1,
         "report_pages": 1,
         "augment_prompts": 1,
@@ -68,6 +71,8 @@ def test_default_dag_builds_tiny_policy_sfts_both_styles_and_evaluates_three_pol
         "evaluate_selection": 4,
         "select_best": 1,
         "preference_table": 1,
+        "online_dpo": 1,
+        "online_dpo_table": 1,
         "sample_rm_data": 1,
         "annotate_prm": 1,
         "train_reward_model": 3,
@@ -76,9 +81,26 @@ def test_default_dag_builds_tiny_policy_sfts_both_styles_and_evaluates_three_pol
         "reward_tables": 1,
         "all": 1,
     }
-    evaluations = {job["wildcards"] for job in dry_run_jobs(result) if job["rule"] == "evaluate"}
-    policies = ("base", "sft-tool", "sft-cot", "mdpo-round1", "mdpo-round2", "mdpo-round3")
-    assert evaluations == {f"policy={p}, task=arith" for p in policies}
+    jobs = dry_run_jobs(result)
+    evaluations = {job["wildcards"] for job in jobs if job["rule"] == "evaluate"}
+    policies = ("base", "sft-tool", "mdpo-round1", "mdpo-round2", "mdpo-round3", "online-async")
+    assert evaluations == {f"policy={p}, task={t}" for p in policies for t in ("arith", "arith3")}
+    # only the calibration's policy samples (evaluation.sampled_policies); the rest is greedy
+    samples = {
+        job["wildcards"]: cli_config(job)["evaluation"] for job in jobs if job["rule"] == "evaluate"
+    }
+    for wildcards, evaluation in samples.items():
+        sampled = wildcards.startswith("policy=sft-tool,")
+        assert (evaluation["n_samples"], evaluation["k"]) == ((8, [1, 8]) if sampled else (0, [1]))
+        assert "sampled_policies" not in evaluation  # the list itself reruns no evaluation
+    # each method reads its own pool of the frontier band; SFT trains on both bands' splits
+    inputs = {job["rule"]: job.get("input", "") for job in jobs}
+    assert "results/data/arith3/pool-preference/problems.jsonl" in inputs["augment_prompts"]
+    assert "results/data/arith3/pool-online_dpo/problems.jsonl" in inputs["online_dpo"]
+    assert "results/data/arith3/pool-reward_models/problems.jsonl" in inputs["sample_rm_data"]
+    assert {"results/data/arith/train.jsonl", "results/data/arith3/train.jsonl"} <= set(
+        inputs["sft"].split(", ")
+    )
 
 
 def test_smollm2_config_converts_the_gguf_and_needs_no_tokenizer_corpus(snakemake):
@@ -86,6 +108,17 @@ def test_smollm2_config_converts_the_gguf_and_needs_no_tokenizer_corpus(snakemak
     counts = rule_counts(result)
     assert counts["convert_smollm2"] == 1 and "build_tiny_policy" not in counts
     assert counts["make_task_data"] == 1  # only arith: SFT and evaluation use nothing else
+
+
+def test_a_recipe_naming_tasks_runs_only_its_own(snakemake):
+    """config/test.yaml names arith and pycode: the default's frontier band is not made, nor
+    read into the tokenizer corpus."""
+    args = ("-n", "-p", "--configfile", "config/config.yaml", "config/test.yaml")
+    jobs = dry_run_jobs(snakemake(*args))
+    assert not [job for job in jobs if "arith3" in job.get("output", "")]
+    [base] = [job for job in jobs if job["rule"] == "build_tiny_policy"]
+    corpus = ["results/data/arith/train.jsonl", "results/data/pycode/train.jsonl"]
+    assert base["input"].split(", ") == corpus
 
 
 def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path):
@@ -101,16 +134,17 @@ def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path)
 def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snakemake, tmp_path):
     extra = tmp_path / "code.yaml"
     extra.write_text(
-        "tasks: {arith: {kind: arith}, pycode: {kind: pycode}}\n"
         "sft:\n  variants: [tool, {name: code, tasks: [pycode], max_steps: 7}]\n"
         "reward_models: {tasks: [arith, pycode], task_policies: {pycode: sft-code}}\n"
     )
-    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
+    # config/test.yaml names arith and pycode
+    args = ("--configfile", "config/config.yaml", "config/test.yaml", str(extra))
+    jobs = dry_run_jobs(snakemake("-n", "-p", *args))
     sft = {job["wildcards"]: job for job in jobs if job["rule"] == "sft"}
     assert set(sft) == {"variant=tool", "variant=code"}
     code, tool = cli_config(sft["variant=code"]), cli_config(sft["variant=tool"])
     assert (code["sft"]["tasks"], code["sft"]["max_steps"]) == (["pycode"], 7)
-    assert (tool["sft"]["tasks"], tool["sft"]["max_steps"]) == (["arith"], 800)
+    assert (tool["sft"]["tasks"], tool["sft"]["max_steps"]) == (["arith"], 100)
     assert "results/data/pycode/train.jsonl" in sft["variant=code"]["input"]
     assert "arith" not in sft["variant=code"]["input"]
     # The other policy's entry is not in a policy's config: adding one reruns no other SFT.
@@ -123,24 +157,28 @@ def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snake
     assert not any("policy=sft-code" in wildcards for wildcards in evaluated)  # arith only
 
 
-@pytest.mark.parametrize("base", ["config/config.yaml", "config/test.yaml"])
-def test_search_comparisons_feed_the_report_their_files_and_add_no_job(snakemake, tmp_path, base):
+@pytest.mark.parametrize(
+    ("base", "task"), [("config/config.yaml", "arith3"), ("config/test.yaml", "arith")]
+)
+def test_search_comparisons_feed_the_report_their_files_and_add_no_job(
+    snakemake, tmp_path, base, task
+):
     search = {
-        "results/search/arith/best-of-n/samples.jsonl",
-        "results/search/arith/best-of-n/scores.jsonl",
-        "results/search/arith/best-of-n/greedy.jsonl",
-        "results/search/arith/hgs/trajectories.jsonl",
+        f"results/search/{task}/best-of-n/samples.jsonl",
+        f"results/search/{task}/best-of-n/scores.jsonl",
+        f"results/search/{task}/best-of-n/greedy.jsonl",
+        f"results/search/{task}/hgs/trajectories.jsonl",
     }
     jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", base))
     [report] = [job for job in jobs if job["rule"] == "report"]
     assert search <= set(report["input"].split(", "))
-    assert "--search arith/best-of-n=results/search/arith/best-of-n" in report["shell"]
-    assert "--search arith/hgs=results/search/arith/hgs" in report["shell"]
+    assert f"--search {task}/best-of-n=results/search/{task}/best-of-n" in report["shell"]
+    assert f"--search {task}/hgs=results/search/{task}/hgs" in report["shell"]
     declared = {c["name"] for c in cli_config(report)["comparisons"]["declared"]}
     assert {"prm_vs_maj", "orm_vs_maj", "hgs_vs_greedy"} <= declared
     policies_only = tmp_path / "policies.yaml"
     policies_only.write_text(
-        "comparisons:\n  declared: [{name: m, a: mdpo-best, b: sft-tool, task: arith}]\n"
+        f"comparisons:\n  declared: [{{name: m, a: mdpo-best, b: sft-tool, task: {task}}}]\n"
     )
     args = ("-n", "-p", "--configfile", "config/config.yaml", base, str(policies_only))
     plain = dry_run_jobs(snakemake(*args))
@@ -149,58 +187,81 @@ def test_search_comparisons_feed_the_report_their_files_and_add_no_job(snakemake
     assert len(plain) == len(jobs)  # best-of-N and HGS run for the reward tables anyway
 
 
+def without_pools(tmp_path: Path) -> Path:
+    """A config file naming the default's tasks less their prompt pools."""
+    tasks = yaml.safe_load((REPO / "config/config.yaml").read_text())["tasks"]
+    for settings in tasks.values():
+        settings.pop("pools", None)
+    path = tmp_path / "no-pools.yaml"
+    path.write_text(yaml.safe_dump({"tasks": tasks}))
+    return path
+
+
 def test_a_preference_pool_feeds_the_rounds_and_leaves_the_task_splits_alone(snakemake, tmp_path):
-    extra = tmp_path / "pool.yaml"
-    extra.write_text("tasks: {arith: {kind: arith, pools: {preference: 300}}}\n")
-    plain = dry_run_jobs(snakemake("-n", "-p"))
-    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
-    pool = next(job for job in jobs if job["rule"] == "make_task_pool")
-    assert pool["wildcards"] == "task=arith, pool=preference"
-    assert cli_config(pool)["tasks"]["arith"]["pools"] == {"preference": 300}
+    plain = dry_run_jobs(
+        snakemake("-n", "-p", "--configfile", "config/config.yaml", str(without_pools(tmp_path)))
+    )
+    jobs = dry_run_jobs(snakemake("-n", "-p"))
+    pools = {job["wildcards"]: job for job in jobs if job["rule"] == "make_task_pool"}
+    consumers = ("preference", "online_dpo", "reward_models")
+    assert set(pools) == {f"task=arith3, pool={consumer}" for consumer in consumers}
+    declared = yaml.safe_load((REPO / "config/config.yaml").read_text())["tasks"]["arith3"]
+    pool = pools["task=arith3, pool=preference"]
+    assert cli_config(pool)["tasks"]["arith3"]["pools"] == declared["pools"]
     augment = next(job for job in jobs if job["rule"] == "augment_prompts")
-    assert "results/data/arith/pool-preference/problems.jsonl" in augment["input"]
-    assert "results/data/arith/train.jsonl" not in augment["input"]
+    assert "results/data/arith3/pool-preference/problems.jsonl" in augment["input"]
+    assert "results/data/arith3/train.jsonl" not in augment["input"]
+    assert "make_task_pool" not in {job["rule"] for job in plain}
+    augment = next(job for job in plain if job["rule"] == "augment_prompts")
+    assert "results/data/arith3/train.jsonl" in augment["input"]
     # the train/test rule does not see the pools: declaring one reruns nothing that reads them
     # (the same commands; a dry run lists independent jobs in no fixed order)
     data = sorted(job["shell"] for job in jobs if job["rule"] == "make_task_data")
     assert data == sorted(job["shell"] for job in plain if job["rule"] == "make_task_data")
 
 
-def test_an_online_dpo_pool_feeds_the_online_learner(snakemake, tmp_path):
-    extra = tmp_path / "pool.yaml"
-    extra.write_text(
-        "tasks: {arith: {kind: arith, pools: {online_dpo: 200}}}\n"
-        "online_dpo: {variants: [{name: async}]}\n"
+def test_online_dpo_and_reward_model_pools_feed_their_rules(snakemake, tmp_path):
+    plain = dry_run_jobs(
+        snakemake("-n", "-p", "--configfile", "config/config.yaml", str(without_pools(tmp_path)))
     )
-    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
-    pool = next(job for job in jobs if job["rule"] == "make_task_pool")
-    assert pool["wildcards"] == "task=arith, pool=online_dpo"
-    online = next(job for job in jobs if job["rule"] == "online_dpo")
-    assert "results/data/arith/pool-online_dpo/problems.jsonl" in online["input"]
-    assert "results/data/arith/train.jsonl" not in online["input"]
+    jobs = dry_run_jobs(snakemake("-n", "-p"))
+    for rule, consumer in (("online_dpo", "online_dpo"), ("sample_rm_data", "reward_models")):
+        pooled = next(job for job in jobs if job["rule"] == rule)
+        assert f"results/data/arith3/pool-{consumer}/problems.jsonl" in pooled["input"], rule
+        assert "results/data/arith3/train.jsonl" not in pooled["input"], rule
+        unpooled = next(job for job in plain if job["rule"] == rule)
+        assert "results/data/arith3/train.jsonl" in unpooled["input"], rule
+    rm_rules = ("annotate_prm", "train_reward_model")
+    for job in (job for job in jobs if job["rule"] in rm_rules):
+        assert "results/data/arith3/pool-reward_models/problems.jsonl" in job["input"], job["rule"]
 
 
 def test_online_dpo_rewarded_by_the_bt_rm_takes_the_tasks_reward_model(snakemake, tmp_path):
     extra = tmp_path / "rm.yaml"
-    extra.write_text(
-        "reward_models: {tasks: [arith]}\nonline_dpo: {reward: rm, variants: [{name: async}]}\n"
-    )
+    extra.write_text("online_dpo: {reward: rm}\n")
     jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
     online = next(job for job in jobs if job["rule"] == "online_dpo")
-    assert "results/rm/arith/model-bt" in online["input"]
-    assert "--reward-model results/rm/arith/model-bt " in online["shell"]
+    assert "results/rm/arith3/model-bt" in online["input"]
+    assert "--reward-model results/rm/arith3/model-bt " in online["shell"]
 
 
 def test_results_logs_and_benchmarks_mirror_each_other(snakemake):
     for job in dry_run_jobs(snakemake("-n")):
         if job["rule"] == "all":
             continue
-        outputs = job["output"].split(", ")
-        stem = Path(outputs[0] if len(outputs) == 1 else Path(outputs[0]).parent)
-        assert all(Path(out).is_relative_to(stem) for out in outputs), job
-        name = stem.relative_to("results")
-        assert job["log"] == f"logs/{name}.log", job
-        assert job["benchmark"] == f"benchmarks/{name}.tsv", job
+        outputs = [Path(out) for out in job["output"].split(", ")]
+        # named for its one output, for the folder of its outputs, or for the name its
+        # outputs share (calibration.json and calibration.csv), less the suffix
+        stems = {outputs[0] if len(outputs) == 1 else outputs[0].parent}
+        stems |= {out.with_suffix("") for out in outputs}
+        named = [
+            stem
+            for stem in stems
+            if all(out.is_relative_to(stem) or out.with_suffix("") == stem for out in outputs)
+            and job["log"] == f"logs/{stem.relative_to('results')}.log"
+            and job["benchmark"] == f"benchmarks/{stem.relative_to('results')}.tsv"
+        ]
+        assert named, job
 
 
 MODEL_STAGE_SECTIONS = ("policy", "rollout", "generation", "sandbox", "tasks")
@@ -404,8 +465,9 @@ def test_lora_reaches_the_rm_ppo_and_online_rules_and_full_fine_tuning_keeps_eve
     sections = {"reward_models": ("train",), "ppo": (), "online_dpo": ()}
 
     def configs(*files) -> list[tuple[str, dict]]:
-        result = snakemake("-n", "-p", "--configfile", "config/config.yaml", *map(str, files))
-        jobs = dry_run_jobs(result)
+        # config/test.yaml names a pycode task, which PPO trains on
+        args = ("--configfile", "config/config.yaml", "config/test.yaml", *map(str, files))
+        jobs = dry_run_jobs(snakemake("-n", "-p", *args))
         return [(j["rule"], cli_config(j)) for j in jobs if "--config-json" in j.get("shell", "")]
 
     def lora(config: dict, section: str) -> dict | None:
@@ -426,29 +488,22 @@ def test_lora_reaches_the_rm_ppo_and_online_rules_and_full_fine_tuning_keeps_eve
     assert lora(with_lora["online_dpo"], "online_dpo")["r"] == 2
 
 
-def test_calibration_runs_between_sft_and_the_methods_when_a_frontier_is_set(snakemake, tmp_path):
-    extra = tmp_path / "frontier.yaml"
-    extra.write_text(
-        "tasks: {arith: {kind: arith}, pycode: {kind: pycode},"
-        " arith5: {kind: arith, min_ops: 5, max_ops: 5}}\n"
-        "evaluation: {n_samples: 8, temperature: 0.7}\n"
-        "calibration: {frontier_task: arith5}\n"
-    )
-    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
+def test_calibration_runs_between_sft_and_the_methods_when_a_frontier_is_set(snakemake):
+    jobs = dry_run_jobs(snakemake("-n", "-p"))  # the default sets calibration.frontier_task
     by_rule = {job["rule"]: job for job in jobs}
     calibrate, gate = by_rule["calibrate"], by_rule["calibration_gate"]
     assert calibrate["input"].split(", ") == [
         "results/eval/sft-tool/arith/trajectories.jsonl",
-        "results/eval/sft-tool/arith5/trajectories.jsonl",
+        "results/eval/sft-tool/arith3/trajectories.jsonl",
     ]
-    assert "--method-temperature preference.sampling.temperature=1.0 " in calibrate["shell"]
+    assert "--method-temperature preference.sampling.temperature=0.7 " in calibrate["shell"]
     assert cli_config(calibrate)["evaluation"] == {"temperature": 0.7}
     assert "enforce" not in cli_config(calibrate)["calibration"]  # the gate's alone
     assert gate["input"] == calibrate["output"].split(", ")[0]
     first_round = next(
         j for j in jobs if j["rule"] == "sample_round" and j["wildcards"] == "lineage=sft, round=1"
     )
-    for method in (first_round, by_rule["sample_rm_data"]):
+    for method in (first_round, by_rule["sample_rm_data"], by_rule["online_dpo"]):
         assert gate["output"] in method["input"].split(", ")
     assert "results/report/calibration.json" in by_rule["report"]["input"]
     assert "--calibration results/report/calibration.json " in by_rule["report"]["shell"]

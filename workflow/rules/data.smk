@@ -28,9 +28,9 @@ rule make_task_pool:
         problems="results/data/{task}/pool-{pool}/problems.jsonl",
         manifest="results/data/{task}/pool-{pool}/manifest.json",
     log:
-        "logs/data/{task}-pool-{pool}.log",
+        "logs/data/{task}/pool-{pool}.log",
     benchmark:
-        "benchmarks/data/{task}-pool-{pool}.tsv"
+        "benchmarks/data/{task}/pool-{pool}.tsv"
     conda:
         CONDA_ENV
     container:

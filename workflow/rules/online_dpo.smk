@@ -16,9 +16,9 @@ rule online_dpo:
     output:
         model=directory("results/models/online-{online}"),
     log:
-        "logs/online/{online}.log",
+        "logs/models/online-{online}.log",
     benchmark:
-        "benchmarks/online/{online}.tsv"
+        "benchmarks/models/online-{online}.tsv"
     conda:
         CONDA_ENV
     container:

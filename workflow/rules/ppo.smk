@@ -30,7 +30,8 @@ rule ppo_r2:
         rule_container("ppo_r2")
     threads: torch_threads
     params:
-        config=config_json(
+        # lazy: a DAG without PPO variants need not have ppo.task among its tasks
+        config=lambda wildcards: config_json(
             "ppo",
             "policy",
             "rollout",
@@ -64,7 +65,8 @@ rule ppo:
         rule_container("ppo")
     threads: torch_threads
     params:
-        config=config_json(
+        # lazy: a DAG without PPO variants need not have ppo.task among its tasks
+        config=lambda wildcards: config_json(
             "ppo",
             "policy",
             "rollout",

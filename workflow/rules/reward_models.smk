@@ -11,7 +11,7 @@ rule sample_rm_data:
     input:
         gate=calibration_gate(),
         model=rm_policy_model,
-        problems="results/data/{task}/train.jsonl",
+        problems=prompt_source("reward_models"),
         parts=split_parts("sample_rm_data", "results/rm/{task}/samples.parts/{part}"),
     output:
         samples="results/rm/{task}/samples/samples.jsonl",
@@ -49,7 +49,7 @@ use rule sample_rm_data as sample_rm_data_part with:
     input:
         gate=calibration_gate(),
         model=rm_policy_model,
-        problems="results/data/{task}/train.jsonl",
+        problems=prompt_source("reward_models"),
     output:
         temp(directory("results/rm/{task}/samples.parts/{part}")),
     log:
@@ -64,7 +64,7 @@ use rule sample_rm_data as sample_rm_data_part with:
 rule annotate_prm:
     input:
         model=rm_policy_model,
-        problems="results/data/{task}/train.jsonl",
+        problems=prompt_source("reward_models"),
         samples="results/rm/{task}/samples/samples.jsonl",
         parts=split_parts("annotate_prm", "results/rm/{task}/shepherd.parts/{part}"),
     output:
@@ -102,7 +102,7 @@ rule annotate_prm:
 use rule annotate_prm as annotate_prm_part with:
     input:
         model=rm_policy_model,
-        problems="results/data/{task}/train.jsonl",
+        problems=prompt_source("reward_models"),
         samples="results/rm/{task}/samples/samples.jsonl",
     output:
         temp(directory("results/rm/{task}/shepherd.parts/{part}")),
@@ -117,7 +117,7 @@ use rule annotate_prm as annotate_prm_part with:
 
 rule mutate_code_prm:
     input:
-        problems="results/data/{task}/train.jsonl",
+        problems=prompt_source("reward_models"),
     output:
         data="results/rm/{task}/mutation/prm.jsonl",
         metrics="results/rm/{task}/mutation/metrics.json",
@@ -143,7 +143,7 @@ rule mutate_code_prm:
 rule train_reward_model:
     input:
         model=rm_policy_model,
-        problems="results/data/{task}/train.jsonl",
+        problems=prompt_source("reward_models"),
         data=rm_training_data,
     output:
         directory("results/rm/{task}/model-{kind}"),
