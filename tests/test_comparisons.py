@@ -175,7 +175,7 @@ def test_report_resolves_the_selected_round_and_writes_the_comparisons(tmp_path)
     out = tmp_path / "report"
     main(
         ["report", "--config-json", json.dumps(config), "--metrics", str(metrics),
-         "--arm", f"sft-tool={sft}", "--arm", f"mdpo-round1={round1}",
+         "--arm", f"arith/sft-tool={sft}", "--arm", f"arith/mdpo-round1={round1}",
          "--best", f"mdpo={best}", "--out-dir", str(out)]
     )  # fmt: skip
     rows = json.loads((out / "comparisons.json").read_text())
@@ -208,12 +208,49 @@ def test_report_states_a_noninferiority_verdict(tmp_path):
     out = tmp_path / "report"
     main(
         ["report", "--config-json", json.dumps(config), "--metrics", str(metrics),
-         "--arm", f"sft-tool={sft}", "--arm", f"mdpo-round1={round1}", "--out-dir", str(out)]
+         "--arm", f"arith/sft-tool={sft}", "--arm", f"arith/mdpo-round1={round1}", "--out-dir", str(out)]
     )  # fmt: skip
     [row] = json.loads((out / "comparisons.json").read_text())
     assert row["margin"] == 0.03 and row["p_holm"] < 0.05
     assert "a >= b - 0.03" in (out / "comparisons.md").read_text()
     assert ",0.03,noninferiority_paired_t," in (out / "comparisons.csv").read_text()
+
+
+def test_a_policy_compared_on_two_tasks_is_scored_on_each(tmp_path):
+    """A method's gain on the frontier and its cost on the easy band: the same two policies,
+    each comparison on its own task's trajectories (not the last task's for both)."""
+    import json
+
+    from reasonrl.cli import main
+
+    frontier = {
+        "sft-tool": _trajectories(tmp_path / "f-sft.jsonl", [False] * 30 + [True] * 10),
+        "mdpo-round1": _trajectories(tmp_path / "f-r1.jsonl", [True] * 40),
+    }
+    easy = {
+        "sft-tool": _trajectories(tmp_path / "e-sft.jsonl", [True] * 20),
+        "mdpo-round1": _trajectories(tmp_path / "e-r1.jsonl", [True] * 19 + [False]),
+    }
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(
+        json.dumps({"policy": "sft-tool", "task": "arith", "greedy_pass@1": 1.0,
+                    "greedy_pass@1_ci": [1.0, 1.0], "n_problems": 20})
+    )  # fmt: skip
+    pair = {"a": "mdpo-round1", "b": "sft-tool"}
+    declared = [
+        {"name": "gain", **pair, "task": "arith3"},
+        {"name": "cost", **pair, "task": "arith", "margin": 0.1},
+    ]
+    arms = [f"arith3/{policy}={path}" for policy, path in frontier.items()]
+    arms += [f"arith/{policy}={path}" for policy, path in easy.items()]
+    out = tmp_path / "report"
+    main(
+        ["report", "--config-json", json.dumps({"comparisons": {"declared": declared}}),
+         "--metrics", str(metrics), *[f"--arm={arm}" for arm in arms], "--out-dir", str(out)]
+    )  # fmt: skip
+    gain, cost = json.loads((out / "comparisons.json").read_text())
+    assert (gain["n"], gain["diff"]) == (40, pytest.approx(30 / 40))
+    assert (cost["n"], cost["diff"]) == (20, pytest.approx(-1 / 20))
 
 
 def test_declared_arm_the_config_does_not_evaluate_is_one_line():

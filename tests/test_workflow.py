@@ -93,6 +93,11 @@ def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(
         sampled = wildcards.startswith("policy=sft-tool,")
         assert (evaluation["n_samples"], evaluation["k"]) == ((8, [1, 8]) if sampled else (0, [1]))
         assert "sampled_policies" not in evaluation  # the list itself reruns no evaluation
+    # a method compared on both bands reads each band's trajectories
+    [report] = [job for job in jobs if job["rule"] == "report"]
+    for task in ("arith", "arith3"):
+        arm = f"--arm {task}/online-async=results/eval/online-async/{task}/trajectories.jsonl "
+        assert arm in report["shell"]
     # each method reads its own pool of the frontier band; SFT trains on both bands' splits
     inputs = {job["rule"]: job.get("input", "") for job in jobs}
     assert "results/data/arith3/pool-preference/problems.jsonl" in inputs["augment_prompts"]

@@ -74,7 +74,13 @@ def code_eval(args: argparse.Namespace, config: dict) -> None:
 def report(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.report import report as run
 
-    arms = dict(_name_value(item, "--arm") for item in args.arm or [])
+    arms = {}
+    for item in args.arm or []:
+        name, path = _name_value(item, "--arm")
+        task, _, policy = name.partition("/")
+        if not policy:
+            raise ReasonRLError(f"--arm {item}: expected TASK/POLICY=TRAJECTORIES")
+        arms[task, policy] = path
     best = dict(_name_value(item, "--best") for item in args.best or [])
     search = dict(_name_value(item, "--search") for item in args.search or [])
     run(
@@ -395,7 +401,7 @@ def _parser() -> argparse.ArgumentParser:
     p = stage("report", report, "tables and plots of all evaluations; declared comparisons")
     p.add_argument("--metrics", nargs="+", required=True)
     p.add_argument("--train-metrics", nargs="*")
-    p.add_argument("--arm", action="append", help="POLICY=TRAJECTORIES of a comparison arm")
+    p.add_argument("--arm", action="append", help="TASK/POLICY=TRAJECTORIES of a comparison arm")
     p.add_argument("--best", action="append", help="METHOD=BEST_JSON (select-best's pick)")
     p.add_argument(
         "--search", action="append", help="TASK/STAGE=FOLDER of a search arm (best-of-n, hgs)"

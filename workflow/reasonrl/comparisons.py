@@ -186,23 +186,26 @@ SEARCH_METRIC = "accuracy"  # the metric of a comparison with a search arm: its 
 
 def run_declared(
     declared: Sequence[dict],
-    arm_paths: Mapping[str, str],
+    arm_paths: Mapping[tuple[str, str], str],
     picked: Mapping[str, str],
     alpha: float,
     search_scores: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
 ) -> list[dict]:
-    """Every declared comparison, Holm-corrected together. arm_paths: policy -> its test
-    trajectories; picked: METHOD -> the policy its held-out selection chose (METHOD-best);
-    search_scores: (task, search arm) -> its per-problem scores (reasonrl.search)."""
+    """Every declared comparison, Holm-corrected together. arm_paths: (task, policy) -> the
+    policy's test trajectories on that task (one policy may be compared on several tasks);
+    picked: METHOD -> the policy its held-out selection chose (METHOD-best); search_scores:
+    (task, search arm) -> its per-problem scores (reasonrl.search)."""
     search_scores = search_scores or {}
 
-    def resolve(arm: str) -> tuple[str, str]:
+    def resolve(arm: str, task: str) -> tuple[str, str]:
         method = arm.removesuffix("-best")
         policy = picked[method] if arm.endswith("-best") else arm
-        if policy not in arm_paths:
-            raise ReasonRLError(f"comparison arm '{arm}': no test trajectories of '{policy}' given")
+        if (task, policy) not in arm_paths:
+            raise ReasonRLError(
+                f"comparison arm '{arm}': no test trajectories of '{policy}' on '{task}' given"
+            )
         label = f"{arm} ({policy})" if policy != arm else arm
-        return label, arm_paths[policy]
+        return label, arm_paths[task, policy]
 
     rows = []
     for comparison in declared:
@@ -211,7 +214,7 @@ def run_declared(
             scores = _same_problems(*(search_scores[task, arm] for arm in arms))
             labels, metric = arms, SEARCH_METRIC
         else:
-            (label_a, path_a), (label_b, path_b) = map(resolve, arms)
+            (label_a, path_a), (label_b, path_b) = (resolve(arm, task) for arm in arms)
             scores = greedy_correct(path_a), greedy_correct(path_b)
             labels, metric = (label_a, label_b), comparison["metric"]
         rows.append(

@@ -697,13 +697,16 @@ def comparison_policies(arm):
 
 
 def comparison_arms():
-    """(policy, test trajectories) of every arm of every declared comparison."""
+    """TASK/POLICY -> test trajectories of every arm of every declared comparison (a policy
+    compared on two tasks, e.g. its gain on one band and its cost on the other, has two).
+    """
     arms = {}
     for comparison in COMPARISONS:
+        task = comparison["task"]
         for side in ("a", "b"):
             for policy in comparison_policies(comparison[side]):
-                arms[policy] = (
-                    f"results/eval/{policy}/{comparison['task']}/trajectories.jsonl"
+                arms[f"{task}/{policy}"] = (
+                    f"results/eval/{policy}/{task}/trajectories.jsonl"
                 )
     return arms
 
@@ -755,7 +758,7 @@ def comparison_search_files():
 
 
 def comparison_args(wildcards, input):
-    arms = [f"{policy}={path}" for policy, path in comparison_arms().items()]
+    arms = [f"{arm}={path}" for arm, path in comparison_arms().items()]
     best = [f"{method}={path}" for method, path in comparison_best_files().items()]
     search = [f"{key}=results/search/{key}" for key in comparison_search_folders()]
     return " ".join(

@@ -33,14 +33,14 @@ def report(
     out_dir: str,
     train_metrics_paths: list[str] | None = None,
     comparisons: dict | None = None,
-    arm_paths: dict[str, str] | None = None,
+    arm_paths: dict[tuple[str, str], str] | None = None,
     best_paths: dict[str, str] | None = None,
     calibration_path: str | None = None,
     search_folders: dict[str, str] | None = None,
 ) -> None:
     """Write summary.csv/.md, pass_at_1.png, pass_at_k.png, sft_loss.png (when training
     metrics are given), comparisons.json/.csv/.md/.png (when the config section
-    `comparisons` declares any: arm_paths maps each arm's policy to its test trajectories,
+    `comparisons` declares any: arm_paths maps each arm's (task, policy) to its test trajectories,
     best_paths each METHOD of a METHOD-best arm to select-best's best.json, search_folders
     each TASK/STAGE of a search arm to that stage's folder) and index.md, linking them, into
     out_dir; index.md shows calibrate's gates when calibration_path is given."""
