@@ -208,7 +208,8 @@ def test_report_states_a_noninferiority_verdict(tmp_path):
     out = tmp_path / "report"
     main(
         ["report", "--config-json", json.dumps(config), "--metrics", str(metrics),
-         "--arm", f"arith/sft-tool={sft}", "--arm", f"arith/mdpo-round1={round1}", "--out-dir", str(out)]
+         "--arm", f"arith/sft-tool={sft}", "--arm", f"arith/mdpo-round1={round1}",
+         "--out-dir", str(out)]
     )  # fmt: skip
     [row] = json.loads((out / "comparisons.json").read_text())
     assert row["margin"] == 0.03 and row["p_holm"] < 0.05
