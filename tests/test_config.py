@@ -170,6 +170,13 @@ def test_the_calibration_policy_must_be_sampled():
         validate_config(raw, "my.yaml")
 
 
+def test_a_json_config_file_keeps_its_numbers(tmp_path):
+    """JSON writes 3e-05 without a dot, which YAML 1.1 would read as a string."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"preference": {"train": {"lr": 3e-05}}}))
+    assert load_config(path)["preference"]["train"]["lr"] == 3e-05
+
+
 def test_a_config_file_naming_tasks_replaces_the_defaults_task_set(tmp_path):
     default = tmp_path / "default.yaml"
     default.write_text(

@@ -134,9 +134,16 @@ def test_rounds_start_from_the_sft_policy_the_config_names(snakemake, tmp_path):
     in its style; the default round 0 (sft-tool) is then one line naming the key."""
     cot_only = {
         "sft": {"variants": ["cot"]},
-        "preference": {"policy": "sft-cot", "variants": [{"name": "m", "rounds": 2}]},
+        "preference": {
+            "policy": "sft-cot",
+            "variants": [{"name": "m", "rounds": 2}],
+            "sampling": {"latest": 4, "previous": 2},
+        },
         "reward_models": {"tasks": []},
         "comparisons": {"declared": []},
+        # the default's calibration and online DPO start from sft-tool, which this config lacks
+        "calibration": {"frontier_task": None},
+        "online_dpo": {"variants": []},
     }
     path = tmp_path / "cot.yaml"
     path.write_text(yaml.safe_dump(cot_only))

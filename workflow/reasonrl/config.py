@@ -441,9 +441,19 @@ def load_config(path: str | Path | None = None, json_text: str | None = None) ->
 
 
 def _read_mapping(path: str | Path) -> dict | None:
-    """A config file's mapping (None for an empty file), one-line errors naming the file."""
+    """A config file's mapping (None for an empty file), one-line errors naming the file. A
+    .json file is read as JSON: YAML 1.1 reads JSON's `3e-05` (no dot) as a string."""
     try:
-        raw = read_yaml(Path(path))
+        if Path(path).suffix == ".json":
+            text = Path(path).read_text(encoding="utf-8")
+            try:
+                raw = json.loads(text) if text.strip() else None
+            except json.JSONDecodeError as err:
+                raise ReasonRLError(
+                    f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}"
+                ) from None
+        else:
+            raw = read_yaml(Path(path))
     except FileNotFoundError:
         raise ReasonRLError(f"{path}: config file not found") from None
     if raw is not None and not isinstance(raw, dict):
