@@ -51,18 +51,24 @@ HUB_TASK_KINDS = ("gsm8k", "math", "mbpp")
 BASE_MODEL_DIR = "results/models/base"
 
 
-def config_json(*sections, task=None):
-    """The config reduced to `sections` (plus the seed), as a shell-quoted JSON string.
-
-    Passed as a rule param, so a change to one of these sections reruns the rule and a change
-    to any other section does not. With `task`, the "tasks" section keeps only that task.
-    """
+def reduced_config(*sections, task=None):
+    """The config reduced to `sections` (plus the seed), a fresh dict a rule may edit. With
+    `task`, the "tasks" section keeps only that task."""
     reduced = {"seed": config["seed"]}
     for section in sections:
         reduced[section] = params_section(section)
     if task is not None and "tasks" in reduced:
         reduced["tasks"] = {task: config["tasks"][task]}
-    return shlex.quote(json.dumps(reduced, sort_keys=True))
+    return json.loads(json.dumps(reduced))
+
+
+def config_json(*sections, task=None):
+    """`reduced_config` as a shell-quoted JSON string.
+
+    Passed as a rule param, so a change to one of these sections reruns the rule and a change
+    to any other section does not.
+    """
+    return shlex.quote(json.dumps(reduced_config(*sections, task=task), sort_keys=True))
 
 
 def task_data_json(wildcards):
@@ -397,7 +403,7 @@ def reference_arg(wildcards, input):
 def preference_config_json(method, *sections):
     """config_json of `sections` plus the preference section reduced to `method`, so adding
     a variant (tables.yaml) does not rerun the others."""
-    reduced = json.loads(shlex.split(config_json(*sections))[0])
+    reduced = reduced_config(*sections)
     reduced["preference"] = {
         **PREFERENCE,
         "train": without_full_fine_tuning(PREFERENCE["train"]),
@@ -410,7 +416,7 @@ def preference_shared_json(*sections, parts):
     """config_json of `sections` plus the task and the preference `parts` a stage whose
     outputs the methods share reads (never the variants or training settings, so a new
     variant or learning rate does not rerun prompt making, sampling or labelling)."""
-    reduced = json.loads(shlex.split(config_json(*sections))[0])
+    reduced = reduced_config(*sections)
     reduced["preference"] = {k: PREFERENCE[k] for k in ("task", *parts)}
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
@@ -419,7 +425,7 @@ def evaluation_config_json(wildcards):
     """The evaluate rule's config: greedy pass@1 only for a policy that
     evaluation.sampled_policies leaves out."""
     sections = ("evaluation", "policy", "rollout", "generation", "sandbox", "tasks")
-    reduced = json.loads(shlex.split(config_json(*sections, task=wildcards.task))[0])
+    reduced = reduced_config(*sections, task=wildcards.task)
     sampled = reduced["evaluation"].pop("sampled_policies")
     if sampled is not None and wildcards.policy not in sampled:
         reduced["evaluation"].update(n_samples=0, k=[1])
@@ -430,7 +436,7 @@ def selection_config_json(task):
     """The evaluation config for the held-out selection set: greedy pass@1 only, so sampling
     settings do not rerun it."""
     sections = ("evaluation", "policy", "rollout", "generation", "sandbox", "tasks")
-    reduced = json.loads(shlex.split(config_json(*sections, task=task))[0])
+    reduced = reduced_config(*sections, task=task)
     reduced["evaluation"] = {"tasks": [task], "n_samples": 0, "k": [1]}
     return shlex.quote(json.dumps(reduced, sort_keys=True))
 
