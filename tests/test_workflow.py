@@ -55,10 +55,10 @@ def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(
     result = snakemake("-n", "-p")
     assert rule_counts(result) == {
         "make_task_data": 2,
-        "make_task_pool": 3,
+        "make_task_pool": 4,
         "build_tiny_policy": 1,
         "sft": 1,
-        "evaluate": 12,
+        "evaluate": 13,
         "calibrate": 1,
         "calibration_gate": 1,
         "report": 1,
@@ -79,12 +79,16 @@ def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(
         "best_of_n": 1,
         "hgs_search": 1,
         "reward_tables": 1,
+        "ppo_r2": 1,
+        "ppo": 1,
+        "ppo_table": 1,
         "all": 1,
     }
     jobs = dry_run_jobs(result)
     evaluations = {job["wildcards"] for job in jobs if job["rule"] == "evaluate"}
     policies = ("base", "sft-tool", "mdpo-round1", "mdpo-round2", "mdpo-round3", "online-async")
-    assert evaluations == {f"policy={p}, task={t}" for p in policies for t in ("arith", "arith3")}
+    both_bands = {f"policy={p}, task={t}" for p in policies for t in ("arith", "arith3")}
+    assert evaluations == both_bands | {"policy=ppo-oracle, task=arith3"}
     # only the calibration's policy samples (evaluation.sampled_policies); the rest is greedy
     samples = {
         job["wildcards"]: cli_config(job)["evaluation"] for job in jobs if job["rule"] == "evaluate"
@@ -103,6 +107,7 @@ def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(
     assert "results/data/arith3/pool-preference/problems.jsonl" in inputs["augment_prompts"]
     assert "results/data/arith3/pool-online_dpo/problems.jsonl" in inputs["online_dpo"]
     assert "results/data/arith3/pool-reward_models/problems.jsonl" in inputs["sample_rm_data"]
+    assert "results/data/arith3/pool-ppo/problems.jsonl" in inputs["ppo"]
     assert {"results/data/arith/train.jsonl", "results/data/arith3/train.jsonl"} <= set(
         inputs["sft"].split(", ")
     )
@@ -208,7 +213,7 @@ def test_a_preference_pool_feeds_the_rounds_and_leaves_the_task_splits_alone(sna
     )
     jobs = dry_run_jobs(snakemake("-n", "-p"))
     pools = {job["wildcards"]: job for job in jobs if job["rule"] == "make_task_pool"}
-    consumers = ("preference", "online_dpo", "reward_models")
+    consumers = ("preference", "online_dpo", "reward_models", "ppo")
     assert set(pools) == {f"task=arith3, pool={consumer}" for consumer in consumers}
     declared = yaml.safe_load((REPO / "config/config.yaml").read_text())["tasks"]["arith3"]
     pool = pools["task=arith3, pool=preference"]
@@ -225,12 +230,14 @@ def test_a_preference_pool_feeds_the_rounds_and_leaves_the_task_splits_alone(sna
     assert data == sorted(job["shell"] for job in plain if job["rule"] == "make_task_data")
 
 
-def test_online_dpo_and_reward_model_pools_feed_their_rules(snakemake, tmp_path):
+def test_online_dpo_reward_model_and_ppo_pools_feed_their_rules(snakemake, tmp_path):
     plain = dry_run_jobs(
         snakemake("-n", "-p", "--configfile", "config/config.yaml", str(without_pools(tmp_path)))
     )
     jobs = dry_run_jobs(snakemake("-n", "-p"))
-    for rule, consumer in (("online_dpo", "online_dpo"), ("sample_rm_data", "reward_models")):
+    consumers = {"online_dpo": "online_dpo", "sample_rm_data": "reward_models", "ppo": "ppo"}
+    consumers["ppo_r2"] = "ppo"  # the R^2 table samples the prompts PPO trains on
+    for rule, consumer in consumers.items():
         pooled = next(job for job in jobs if job["rule"] == rule)
         assert f"results/data/arith3/pool-{consumer}/problems.jsonl" in pooled["input"], rule
         assert "results/data/arith3/train.jsonl" not in pooled["input"], rule

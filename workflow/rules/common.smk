@@ -667,6 +667,11 @@ def reward_model_arg(wildcards, input):
     )
 
 
+def ppo_prompts(wildcards):
+    """PPO's prompts (and the R^2 stage's): ppo.task's ppo pool, else its train split."""
+    return prompt_path("ppo", PPO["task"])
+
+
 def ppo_eval_metrics(policy):
     return f"results/eval/{policy}/{PPO['task']}/metrics.json"
 

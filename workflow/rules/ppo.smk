@@ -1,4 +1,4 @@
-# PPO / PF-PPO from the SFT policy on a code task (ppo section): R^2 of reward vs true score
+# PPO / PF-PPO from the SFT policy (ppo section), on ppo.task's ppo pool or train split: R^2 of reward vs true score
 # per filtering strategy from SFT samples; one PPO run per variant (policies ppo-{name},
 # evaluated by the evaluate rule); the table of held-out pass@1 beside R^2 and compute.
 
@@ -12,7 +12,7 @@ rule ppo_r2:
         gate=calibration_gate(),
         model=policy_model_input(PPO["policy"]),
         reward_model=f"results/rm/{PPO['task']}/model-bt",
-        problems=f"results/data/{PPO['task']}/train.jsonl",
+        problems=ppo_prompts,
     output:
         table="results/ppo/r2/r2.json",
         csv="results/ppo/r2/r2.csv",
@@ -52,7 +52,7 @@ rule ppo:
         gate=calibration_gate(),
         model=policy_model_input(PPO["policy"]),
         reward_model=bt_reward_model(PPO),
-        problems=f"results/data/{PPO['task']}/train.jsonl",
+        problems=ppo_prompts,
     output:
         directory("results/models/ppo-{ppo_variant}"),
     log:
