@@ -102,6 +102,9 @@ def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(
     for task in ("arith", "arith3"):
         arm = f"--arm {task}/online-async=results/eval/online-async/{task}/trajectories.jsonl "
         assert arm in report["shell"]
+    # PPO's evaluation joins the summary (on ppo.task, where it is evaluated)
+    metrics = shlex.split(report["shell"].split("--metrics", 1)[1].split("--", 1)[0])
+    assert "results/eval/ppo-oracle/arith3/metrics.json" in metrics
     # each method reads its own pool of the frontier band; SFT trains on both bands' splits
     inputs = {job["rule"]: job.get("input", "") for job in jobs}
     assert "results/data/arith3/pool-preference/problems.jsonl" in inputs["augment_prompts"]

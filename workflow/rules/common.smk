@@ -194,11 +194,14 @@ def evaluated_tasks(policy):
 
 
 def eval_metrics():
+    """Every evaluation the summary lists: the policies of evaluated_policies on their tasks,
+    and each PPO run on ppo.task (where it is evaluated)."""
+    ppo = [ppo_eval_metrics(f"ppo-{name}") for name in ppo_variants()]
     return [
         f"results/eval/{policy}/{task}/metrics.json"
         for policy in evaluated_policies()
         for task in evaluated_tasks(policy)
-    ]
+    ] + ppo
 
 
 def sft_models():
