@@ -471,7 +471,8 @@ def test_lora_reaches_the_rm_ppo_and_online_rules_and_full_fine_tuning_keeps_eve
     too), so a config from before LoRA reruns nothing."""
     methods = tmp_path / "methods.yaml"
     methods.write_text(
-        "ppo: {variants: [{name: m, filter: ppo-m}]}\nonline_dpo: {variants: [{name: a}]}\n"
+        "ppo: {task: pycode, reward: rm, variants: [{name: m, filter: ppo-m}]}\n"
+        "online_dpo: {variants: [{name: a}]}\n"
     )
     extra = tmp_path / "lora.yaml"
     extra.write_text(
@@ -480,7 +481,7 @@ def test_lora_reaches_the_rm_ppo_and_online_rules_and_full_fine_tuning_keeps_eve
     sections = {"reward_models": ("train",), "ppo": (), "online_dpo": ()}
 
     def configs(*files) -> list[tuple[str, dict]]:
-        # config/test.yaml names a pycode task, which PPO trains on
+        # config/test.yaml names a pycode task, which PPO trains on here (rewarded by its RM)
         args = ("--configfile", "config/config.yaml", "config/test.yaml", *map(str, files))
         jobs = dry_run_jobs(snakemake("-n", "-p", *args))
         return [(j["rule"], cli_config(j)) for j in jobs if "--config-json" in j.get("shell", "")]

@@ -56,9 +56,9 @@ rule ppo:
     output:
         directory("results/models/ppo-{ppo_variant}"),
     log:
-        "logs/ppo/ppo-{ppo_variant}.log",
+        "logs/models/ppo-{ppo_variant}.log",
     benchmark:
-        "benchmarks/ppo/ppo-{ppo_variant}.tsv"
+        "benchmarks/models/ppo-{ppo_variant}.tsv"
     conda:
         CONDA_ENV
     container:
