@@ -141,9 +141,11 @@ def test_rounds_start_from_the_sft_policy_the_config_names(snakemake, tmp_path):
         },
         "reward_models": {"tasks": []},
         "comparisons": {"declared": []},
-        # the default's calibration and online DPO start from sft-tool, which this config lacks
+        # the default's calibration, online DPO and PPO start from sft-tool, which this config
+        # lacks
         "calibration": {"frontier_task": None},
         "online_dpo": {"variants": []},
+        "ppo": {"variants": []},
     }
     path = tmp_path / "cot.yaml"
     path.write_text(yaml.safe_dump(cot_only))

@@ -1,6 +1,7 @@
-# PPO / PF-PPO from the SFT policy (ppo section), on ppo.task's ppo pool or train split: R^2 of reward vs true score
-# per filtering strategy from SFT samples; one PPO run per variant (policies ppo-{name},
-# evaluated by the evaluate rule); the table of held-out pass@1 beside R^2 and compute.
+# PPO / PF-PPO from the SFT policy (ppo section) on ppo.task's ppo pool, else its train split:
+# R^2 of reward vs true score per filtering strategy from SFT samples; one PPO run per variant
+# (policies ppo-{name}, evaluated by the evaluate rule); the table of held-out pass@1 beside
+# R^2 and compute.
 
 
 wildcard_constraints:
