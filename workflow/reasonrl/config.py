@@ -427,6 +427,16 @@ def read_yaml(path: str | Path) -> Any:
         raise ReasonRLError(f"{path}{where}: malformed YAML{reason}") from None
 
 
+def read_json(path: str | Path) -> Any:
+    """A JSON file's content (None for an empty file); malformed JSON raises
+    `path:line:column: malformed JSON: why`. FileNotFoundError passes through."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text) if text.strip() else None
+    except json.JSONDecodeError as err:
+        raise ReasonRLError(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
+
+
 def load_config(path: str | Path | None = None, json_text: str | None = None) -> dict:
     """Load a config from a YAML file or a JSON string (as Snakemake rules pass it)."""
     if json_text is not None:
@@ -443,17 +453,9 @@ def load_config(path: str | Path | None = None, json_text: str | None = None) ->
 def _read_mapping(path: str | Path) -> dict | None:
     """A config file's mapping (None for an empty file), one-line errors naming the file. A
     .json file is read as JSON: YAML 1.1 reads JSON's `3e-05` (no dot) as a string."""
+    read = read_json if Path(path).suffix == ".json" else read_yaml
     try:
-        if Path(path).suffix == ".json":
-            text = Path(path).read_text(encoding="utf-8")
-            try:
-                raw = json.loads(text) if text.strip() else None
-            except json.JSONDecodeError as err:
-                raise ReasonRLError(
-                    f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}"
-                ) from None
-        else:
-            raw = read_yaml(Path(path))
+        raw = read(path)
     except FileNotFoundError:
         raise ReasonRLError(f"{path}: config file not found") from None
     if raw is not None and not isinstance(raw, dict):
