@@ -62,13 +62,18 @@ def reduced_config(*sections, task=None):
     return json.loads(json.dumps(reduced))
 
 
-def config_json(*sections, task=None):
-    """`reduced_config` as a shell-quoted JSON string.
+def json_param(reduced):
+    """A rule's reduced config as the shell-quoted JSON string its --config-json takes.
 
-    Passed as a rule param, so a change to one of these sections reruns the rule and a change
+    Passed as a rule param, so a change to the sections it holds reruns the rule and a change
     to any other section does not.
     """
-    return shlex.quote(json.dumps(reduced_config(*sections, task=task), sort_keys=True))
+    return shlex.quote(json.dumps(reduced, sort_keys=True))
+
+
+def config_json(*sections, task=None):
+    """`reduced_config` as a rule param (json_param)."""
+    return json_param(reduced_config(*sections, task=task))
 
 
 def task_data_json(wildcards):
@@ -167,7 +172,7 @@ def sft_config_json(wildcards):
     }
     section.update(tasks=settings["tasks"], max_steps=settings["max_steps"])
     reduced = {"seed": config["seed"], "sft": section, "policy": config["policy"]}
-    return shlex.quote(json.dumps(reduced, sort_keys=True))
+    return json_param(reduced)
 
 
 def sft_train_files(wildcards):
@@ -273,7 +278,7 @@ def calibration_config_json():
     section = {k: v for k, v in CALIBRATION.items() if k != "enforce"}
     evaluation = {"temperature": config["evaluation"]["temperature"]}
     reduced = {"seed": config["seed"], "calibration": section, "evaluation": evaluation}
-    return shlex.quote(json.dumps(reduced, sort_keys=True))
+    return json_param(reduced)
 
 
 def method_temperatures():
@@ -412,7 +417,7 @@ def preference_config_json(method, *sections):
         "train": without_full_fine_tuning(PREFERENCE["train"]),
         "variants": [method_settings(method)],
     }
-    return shlex.quote(json.dumps(reduced, sort_keys=True))
+    return json_param(reduced)
 
 
 def preference_shared_json(*sections, parts):
@@ -421,7 +426,7 @@ def preference_shared_json(*sections, parts):
     variant or learning rate does not rerun prompt making, sampling or labelling)."""
     reduced = reduced_config(*sections)
     reduced["preference"] = {k: PREFERENCE[k] for k in ("task", *parts)}
-    return shlex.quote(json.dumps(reduced, sort_keys=True))
+    return json_param(reduced)
 
 
 def evaluation_config_json(wildcards):
@@ -432,7 +437,7 @@ def evaluation_config_json(wildcards):
     sampled = reduced["evaluation"].pop("sampled_policies")
     if sampled is not None and wildcards.policy not in sampled:
         reduced["evaluation"].update(n_samples=0, k=[1])
-    return shlex.quote(json.dumps(reduced, sort_keys=True))
+    return json_param(reduced)
 
 
 def selection_config_json(task):
@@ -441,7 +446,7 @@ def selection_config_json(task):
     sections = ("evaluation", "policy", "rollout", "generation", "sandbox", "tasks")
     reduced = reduced_config(*sections, task=task)
     reduced["evaluation"] = {"tasks": [task], "n_samples": 0, "k": [1]}
-    return shlex.quote(json.dumps(reduced, sort_keys=True))
+    return json_param(reduced)
 
 
 def selection_metrics(method):
