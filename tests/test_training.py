@@ -355,6 +355,28 @@ def test_two_processes_share_checkpoint_and_output_folders(tiny, tmp_path):
     assert (out / "model.safetensors").exists() and not (tmp_path / ".model.ckpt").exists()
 
 
+def test_saving_closes_the_process_group_on_every_process(tmp_path, monkeypatch):
+    """A training job's save is its last collective: the processes that do not write wait
+    for the one that does, then all close the process group. Before, they left with it open
+    and at times aborted at exit ("terminate called without an active exception"), which
+    failed a ZeRO-3 job whose main process was still writing."""
+    import torch.distributed as dist
+
+    from reasonrl.stages import _train
+
+    monkeypatch.setattr(_train, "is_main_process", lambda: False)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        _train.TrainingRun("sft", tmp_path / "out", {}, [], 0).save(None, None, {})
+        assert not dist.is_initialized()
+        assert not (tmp_path / "out").exists(), "only the main process writes"
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def test_only_zero3_shards_are_gathered_for_saving():
     from types import SimpleNamespace
 

@@ -29,6 +29,7 @@ from reasonrl.training.loop import (
     LossFn,
     StepHook,
     TrainingLoop,
+    close_process_group,
     is_main_process,
     save_trained_model,
     train,
@@ -161,12 +162,13 @@ class TrainingRun:
     ) -> None:
         """Weights (LoRA adapters merged in), tokenizer, metrics and manifest, atomically;
         then drop the checkpoints. `state_dict`: the loop's gathered one (ZeRO-3), which
-        holds the adapters of a LoRA run; only the main process writes."""
-        if not is_main_process():
-            return
-        adapted = hasattr(model, "merge_and_unload")
-        save_trained_model(
-            self.out, merged(model, state_dict), tokenizer, metrics, self.provenance,
-            self.checkpoints, extra_json=extra_json, summary=summary,
-            state_dict=None if adapted else state_dict,
-        )  # fmt: skip
+        holds the adapters of a LoRA run; only the main process writes. It is the job's last
+        collective: every process waits for the writing, then the process group is closed."""
+        if is_main_process():
+            adapted = hasattr(model, "merge_and_unload")
+            save_trained_model(
+                self.out, merged(model, state_dict), tokenizer, metrics, self.provenance,
+                self.checkpoints, extra_json=extra_json, summary=summary,
+                state_dict=None if adapted else state_dict,
+            )  # fmt: skip
+        close_process_group()

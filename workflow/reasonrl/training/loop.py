@@ -357,12 +357,18 @@ def map_over_processes(fn: Callable[[list], list], items: list) -> list | None:
     with accelerator.split_between_processes(items) as part:
         done = fn(part)
     gathered = gather_object(done)
-    # The process group ends here, on every process together: a process that left with it
-    # still open aborted at exit ("terminate called without an active exception") while the
-    # main one was still writing.
-    accelerator.wait_for_everyone()
-    torch.distributed.destroy_process_group()
+    close_process_group()
     return gathered if accelerator.is_main_process else None
+
+
+def close_process_group() -> None:
+    """Every process of a multi-process job meets here and the process group ends, on all of
+    them together: a process that left with it still open aborted at exit ("terminate called
+    without an active exception") while the main one was still writing, failing the job.
+    Nothing without a process group."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def data_parallel_processes() -> int:
