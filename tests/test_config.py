@@ -145,6 +145,45 @@ def test_reward_model_task_policies_must_name_reward_model_tasks():
         validate_config(raw, "my.yaml")
 
 
+ARITH3 = {"arith3": {"kind": "arith", "min_ops": 3, "max_ops": 3}}
+PPO = {"task": "arith3", "variants": [{"name": "m", "filter": "ppo-m"}]}
+ONLINE = {"task": "arith3", "reward": "oracle", "variants": [{"name": "async"}]}
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "policy"),
+    [
+        ({"online_dpo": {**ONLINE, "policy": "sft-mix"}}, "online_dpo.policy", "sft-mix"),
+        ({"ppo": {**PPO, "policy": "sft-nope"}}, "ppo.policy", "sft-nope"),
+        ({"reward_models": {"tasks": ["arith"], "policy": "sft"}}, "reward_models.policy", "sft"),
+        (
+            {"reward_models": {"tasks": ["arith"], "task_policies": {"arith": "sft-code"}}},
+            "reward_models.task_policies.arith",
+            "sft-code",
+        ),
+        # PPO's R^2 table reads its task's BT-RM: reward_models.policy samples it
+        ({"ppo": PPO, "reward_models": {"policy": "sft-x"}}, "reward_models.policy",
+         "sft-x"),
+    ],
+)  # fmt: skip
+def test_start_policies_must_be_trained_sft_policies(raw, key, policy):
+    """A section with work to do starts from an SFT policy of sft.variants (before, a wrong
+    name was a KeyError in the DAG's input functions)."""
+    raw = {"tasks": {"arith": {"kind": "arith"}, **ARITH3}, **raw}
+    message = f"my.yaml: config key '{key}' names '{policy}', which is not an SFT policy of"
+    with pytest.raises(ReasonRLError, match=re.escape(message)) as err:
+        validate_config(raw, "my.yaml")
+    assert "\n" not in str(err.value)
+
+
+def test_start_policies_of_sections_with_nothing_to_run_are_not_checked():
+    tasks = {"arith": {"kind": "arith"}, **ARITH3}
+    validate_config({"tasks": tasks, "online_dpo": {"task": "arith3", "policy": "sft-mix"}})
+    validate_config({"tasks": tasks, "ppo": {**PPO, "policy": "base"}})
+    # reward models nobody uses: no reward_models.tasks, no PPO variant
+    validate_config({"ppo": {"task": "arith3"}, "reward_models": {"policy": "sft-x"}})
+
+
 def test_task_lists_must_name_configured_tasks():
     with pytest.raises(ReasonRLError, match="'evaluation.tasks' names 'gsm8k'"):
         validate_config({"evaluation": {"tasks": ["gsm8k"]}}, "my.yaml")

@@ -88,13 +88,13 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
     _check_sft(filled["sft"], source)
     given = {"tasks", "preference"} <= set(raw or {})
     _check_preference(filled["preference"], filled["tasks"], source, given)
-    if {"sft", "preference"} <= set(raw or {}) and not stage:
-        _check_round0(filled, source)
     _check_reward_models(raw or {}, filled, source, stage)
     _check_online(
         filled["online_dpo"], filled["tasks"], source, {"tasks", "online_dpo"} <= set(raw or {})
     )
     _check_ppo(raw or {}, filled, source)
+    if not stage:
+        _check_start_policies(set(raw or {}), filled, source)
     if "comparisons" in (raw or {}) and not stage:
         _check_comparisons(filled, source)
     if "calibration" in (raw or {}) and not stage:
@@ -188,15 +188,44 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
         )
 
 
-def _check_round0(filled: dict, source: str) -> None:
-    """The rounds start from an SFT policy the config trains (when there are rounds)."""
-    policy = filled["preference"]["policy"]
-    names = [f"sft-{name}" for name in sft_policies(filled)]
-    if filled["preference"]["variants"] and policy not in names:
-        raise ReasonRLError(
-            f"{source}: config key 'preference.policy' names '{policy}', which is not an SFT"
-            f" policy of sft.variants ({', '.join(names)})"
-        )
+def _check_start_policies(given: set[str], filled: dict, source: str) -> None:
+    """Each section the input gives (`given`) with work to do starts from a policy the
+    workflow trains: an SFT policy of sft.variants, or (PPO, reward models) the base. Checked
+    here, a wrong name is one line naming its key, not a KeyError in the DAG's input
+    functions."""
+    sft = [f"sft-{name}" for name in sft_policies(filled)]
+    starts = [
+        (f"{section}.policy", filled[section]["policy"], allowed)
+        for section, allowed in (("preference", sft), ("online_dpo", sft), ("ppo", [*sft, "base"]))
+        if section in given and filled[section]["variants"]
+    ]
+    starts += [
+        (key, policy, [*sft, "base"]) for key, policy in _reward_model_policies(given, filled)
+    ]
+    for key, policy, allowed in starts:
+        if policy not in allowed:
+            raise ReasonRLError(
+                f"{source}: config key '{key}' names '{policy}', which is not an SFT policy of"
+                f" sft.variants ({', '.join(sft)})"
+            )
+
+
+def _reward_model_policies(given: set[str], filled: dict) -> list[tuple[str, str]]:
+    """(key, policy) of the policies that sample and initialise the reward models the given
+    sections use: per task under task_policies, else `policy`. The tasks with reward models:
+    reward_models.tasks, PPO's (its R^2 table reads the BT-RM even under the verifier's
+    reward), online DPO's unless the verifier alone rewards it."""
+    rm, ppo, online = filled["reward_models"], filled["ppo"], filled["online_dpo"]
+    used = set(rm["tasks"]) if "reward_models" in given else set()
+    if "ppo" in given and ppo["variants"]:
+        used.add(ppo["task"])
+    if "online_dpo" in given and online["variants"] and online["reward"] != "oracle":
+        used.add(online["task"])
+    own = rm["task_policies"] if "reward_models" in given else {}
+    starts = [(f"reward_models.task_policies.{task}", policy) for task, policy in own.items()]
+    if used - own.keys():
+        starts.append(("reward_models.policy", rm["policy"]))
+    return starts
 
 
 def _check_calibration(filled: dict, source: str) -> None:
