@@ -35,7 +35,11 @@ if tasks is not None:
     config["tasks"] = tasks
 
 # Fill schema defaults in place (rules read config[...]) and reject unknown keys in one line.
-config_files = " + ".join(map(str, workflow.configfiles)) or "config"
+# A file given twice (the default and --configfile config/config.yaml) is named once.
+named = {}
+for path in map(str, workflow.configfiles):
+    named.setdefault(os.path.realpath(path), path)
+config_files = " + ".join(named.values()) or "config"
 try:
     config.update(validate_config(config, config_files))
 except ReasonRLError as err:

@@ -523,3 +523,14 @@ def test_calibration_runs_between_sft_and_the_methods_when_a_frontier_is_set(sna
         assert gate["output"] in method["input"].split(", ")
     assert "results/report/calibration.json" in by_rule["report"]["input"]
     assert "--calibration results/report/calibration.json " in by_rule["report"]["shell"]
+
+
+def test_a_config_file_given_twice_is_named_once(snakemake, tmp_path):
+    """--configfile config/config.yaml X: the default is also config.yaml; the error names
+    each file once, in the order Snakemake merges them."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sft:\n  learning_rate: 0.1\n")
+    result = snakemake("-n", "--configfile", "config/config.yaml", str(bad), check=False)
+    assert result.returncode != 0
+    error = f"reasonrl: error: {REPO}/config/config.yaml + {bad}: unknown config key"
+    assert error in result.stderr
