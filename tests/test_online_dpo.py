@@ -616,6 +616,22 @@ def test_sync_and_async_runs_do_the_same_work(online_setup):
         assert metrics["threads_per_process"] == 1
 
 
+def test_a_run_leaves_its_callers_torch_threads(online_setup):
+    """A run sets torch to one thread per process (generator and learner halve the cores) and
+    gives the caller's count back: before, a run called in-process left every later torch op
+    on one thread (the test session's learning tests ran at half speed after this file)."""
+    config, folder = online_setup
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        policy, train = str(folder / "policy"), str(folder / "train.jsonl")
+        metrics = run_online(config, "sync", policy, train, "tool", 2, str(folder / "threads"))
+        assert metrics["threads_per_process"] == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_table_compares_sync_and_async(tmp_path):
     def fake_run(mode: str, wall: float, gen: float, train: float) -> Path:
         folder = tmp_path / mode

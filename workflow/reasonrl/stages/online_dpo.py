@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -66,58 +68,70 @@ def online_dpo(
     # again on 2026-11-25: generation 11.6 and 27.0 s with 2 threads against 6.3 and 10.6 s
     # with 1 (3 steps, runs interleaved), so one thread per phase is the best sync there.
     per_process = max(1, threads // 2)
-    torch.set_num_threads(per_process)
-    store = RoundStore(run.out.parent / f".{run.out.name}.rounds", run.fingerprint)
-    store.reset_unless_resuming(run.checkpoints.latest() is not None)
-    spec = GeneratorSpec(
-        config={"online_dpo": section, "seed": config["seed"], **sections},
-        model_path=model_path,
-        problems=read_jsonl(train_path, schema="problem"),
-        style=style,
-        schedule=schedule,
-        first_round=store.stored(),
-        threads=per_process,
-        reward_model=reward_model,
-    )
-    dtype = config["policy"]["dtype"]
-    model, tokenizer = run.load_policy(model_path, dtype)
-    reference = run.reference(model, model_path, dtype)
-    if section["loss"] == "ppo":
-        # The critic's value head on the policy's trunk: the learner holds no third model.
-        model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
-    settings = LoopSettings.from_config(
-        {**section, "max_steps": section["steps"], "grad_accum": 1, "weight_decay": 0.0},
-        config["seed"],
-    )
-    objective = OnlineObjective(
-        section["loss"], section["beta"], section["clip"], section["samples_per_prompt"]
-    )
-    # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out
-    # (also when called without the CLI, which does the same).
-    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    with torch_threads(per_process):
+        store = RoundStore(run.out.parent / f".{run.out.name}.rounds", run.fingerprint)
+        store.reset_unless_resuming(run.checkpoints.latest() is not None)
+        spec = GeneratorSpec(
+            config={"online_dpo": section, "seed": config["seed"], **sections},
+            model_path=model_path,
+            problems=read_jsonl(train_path, schema="problem"),
+            style=style,
+            schedule=schedule,
+            first_round=store.stored(),
+            threads=per_process,
+            reward_model=reward_model,
+        )
+        dtype = config["policy"]["dtype"]
+        model, tokenizer = run.load_policy(model_path, dtype)
+        reference = run.reference(model, model_path, dtype)
+        if section["loss"] == "ppo":
+            # The critic's value head on the policy's trunk: the learner holds no third model.
+            model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
+        settings = LoopSettings.from_config(
+            {**section, "max_steps": section["steps"], "grad_accum": 1, "weight_decay": 0.0},
+            config["seed"],
+        )
+        objective = OnlineObjective(
+            section["loss"], section["beta"], section["clip"], section["samples_per_prompt"]
+        )
+        # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out
+        # (also when called without the CLI, which does the same).
+        previous = signal.signal(signal.SIGTERM, raise_interrupted)
+        try:
+            with GeneratorProcess(spec) as generator:
+                learner = Learner(generator, store, schedule, section, tokenizer, reference)
+                loop = run.start(model, objective, settings, learner.on_step)
+                learn(loop, learner, schedule)
+                result = loop.finish()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        identity = {"variant": variant_name}
+        identity.update({k: section[k] for k in ("mode", "loss", "reward", "off_policy")})
+        # Which prompts each step trained on: a sync and an async run of the same config must
+        # agree, or their wall-clocks measure different work.
+        k = section["samples_per_prompt"]
+        prompts = store.step_prompts(schedule, section["prompts_per_step"], k)
+        extra = {**timing_summary(result["history"]), "threads_per_process": per_process}
+        metrics = run.metrics(result, identity, {**extra, "prompts": prompts}, timed=False)
+        trained = result["model"]
+        if isinstance(trained, PolicyCritic):
+            run.save(trained.policy, tokenizer, metrics)
+        else:
+            run.save(trained, tokenizer, metrics, state_dict=result["state_dict"])
+        store.clear()
+        return metrics
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to `count` inside, the caller's restored after: a caller
+    in the same process (a test session, a notebook) keeps its own thread count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
     try:
-        with GeneratorProcess(spec) as generator:
-            learner = Learner(generator, store, schedule, section, tokenizer, reference)
-            loop = run.start(model, objective, settings, learner.on_step)
-            learn(loop, learner, schedule)
-            result = loop.finish()
+        yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    identity = {"variant": variant_name}
-    identity.update({k: section[k] for k in ("mode", "loss", "reward", "off_policy")})
-    # Which prompts each step trained on: a sync and an async run of the same config must
-    # agree, or their wall-clocks measure different work.
-    k = section["samples_per_prompt"]
-    prompts = store.step_prompts(schedule, section["prompts_per_step"], k)
-    extra = {**timing_summary(result["history"]), "threads_per_process": per_process}
-    metrics = run.metrics(result, identity, {**extra, "prompts": prompts}, timed=False)
-    trained = result["model"]
-    if isinstance(trained, PolicyCritic):
-        run.save(trained.policy, tokenizer, metrics)
-    else:
-        run.save(trained, tokenizer, metrics, state_dict=result["state_dict"])
-    store.clear()
-    return metrics
+        torch.set_num_threads(previous)
 
 
 def timing_summary(history: list[dict]) -> dict:
