@@ -190,7 +190,8 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
 
 def _check_start_policies(given: set[str], filled: dict, source: str) -> None:
     """Each section the input gives (`given`) with work to do starts from a policy the
-    workflow trains: an SFT policy of sft.variants, or (PPO, reward models) the base. Checked
+    workflow trains: an SFT policy of sft.variants, or (PPO, reward models) the base; so does
+    the calibration. Checked
     here, a wrong name is one line naming its key, not a KeyError in the DAG's input
     functions."""
     sft = [f"sft-{name}" for name in sft_policies(filled)]
@@ -202,6 +203,9 @@ def _check_start_policies(given: set[str], filled: dict, source: str) -> None:
     starts += [
         (key, policy, [*sft, "base"]) for key, policy in _reward_model_policies(given, filled)
     ]
+    calibration = filled["calibration"]
+    if "calibration" in given and calibration["frontier_task"] is not None:
+        starts.append(("calibration.policy", calibration["policy"], sft))
     for key, policy, allowed in starts:
         if policy not in allowed:
             raise ReasonRLError(
@@ -229,8 +233,8 @@ def _reward_model_policies(given: set[str], filled: dict) -> list[tuple[str, str
 
 
 def _check_calibration(filled: dict, source: str) -> None:
-    """With a frontier task: both bands are configured tasks, the start policy is trained,
-    and the evaluation samples each problem at least k times."""
+    """With a frontier task: both bands are configured tasks and the evaluation samples the
+    start policy (checked trained with the other start policies) at least k times."""
     section = filled["calibration"]
     if section["frontier_task"] is None:
         return
@@ -240,12 +244,6 @@ def _check_calibration(filled: dict, source: str) -> None:
                 f"{source}: config key 'calibration.{key}' names '{section[key]}', "
                 "which is not under 'tasks'"
             )
-    names = [f"sft-{name}" for name in sft_policies(filled)]
-    if section["policy"] not in names:
-        raise ReasonRLError(
-            f"{source}: config key 'calibration.policy' names '{section['policy']}', which is"
-            f" not an SFT policy of sft.variants ({', '.join(names)})"
-        )
     evaluation = filled["evaluation"]
     sampled = evaluation["sampled_policies"]
     if sampled is not None and section["policy"] not in sampled:
