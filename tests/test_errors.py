@@ -114,6 +114,9 @@ CASES = [
     Case("snakemake: missing model folder", "policy.base: a missing folder, dry run",
          status=2, snakemake=True, one_line=False,
          **_stage(["-n", "--configfile", "missing-base.yaml"], None, SNAKEMAKE_S)),
+    Case("snakemake: untrained start policy", "online_dpo.policy: sft-mix, which no"
+         " sft.variants entry trains, dry run", status=2, snakemake=True, one_line=False,
+         **_stage(["-n", "--configfile", "untrained-start.yaml"], None, SNAKEMAKE_S)),
     Case("snakemake: malformed config/config.yaml", "an unclosed `[` in the default config",
          status=2, snakemake=True,
          **_stage(["-n", "--directory", "{tmp}/broken-default"], None, SNAKEMAKE_S)),
@@ -144,6 +147,7 @@ def inputs(tmp_path_factory, tiny_policy) -> Path:
     (root / "malformed.yaml").write_text("seed: 1\npolicy:\n  base: [tiny\n")
     (root / "unknown-key.yaml").write_text("sft:\n  learning_rate: 0.1\n")
     (root / "missing-base.yaml").write_text(f"policy:\n  base: {root}/no-such-model\n")
+    (root / "untrained-start.yaml").write_text("online_dpo:\n  policy: sft-mix\n")
     settings = validate_config(CONFIG)["tasks"]["pycode"]
     problems = build_problems("pycode", settings, 0)[1]
     write_jsonl(root / "problems.jsonl", problems)
