@@ -63,9 +63,7 @@ def test_run(snakemake, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """torch on one thread for a module's tests, restored after them."""
-    import torch
+    from reasonrl.stages.online_dpo import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
