@@ -187,6 +187,8 @@ def test_start_policies_of_sections_with_nothing_to_run_are_not_checked():
 def test_task_lists_must_name_configured_tasks():
     with pytest.raises(ReasonRLError, match="'evaluation.tasks' names 'gsm8k'"):
         validate_config({"evaluation": {"tasks": ["gsm8k"]}}, "my.yaml")
+    with pytest.raises(ReasonRLError, match="'policy.tiny.tokenizer_tasks' names 'pycode'"):
+        validate_config({"policy": {"tiny": {"tokenizer_tasks": ["pycode"]}}}, "my.yaml")
 
 
 def test_online_dpo_task_must_be_configured_when_a_variant_runs():

@@ -134,6 +134,20 @@ def test_a_recipe_naming_tasks_runs_only_its_own(snakemake):
     assert base["input"].split(", ") == corpus
 
 
+def test_tokenizer_tasks_pick_the_tokenizer_corpus(snakemake, tmp_path):
+    """A recipe that adds pycode but names the default's tasks for its tokenizer keeps the
+    default's corpus, hence the default's base."""
+    extra = tmp_path / "tok.yaml"
+    extra.write_text(
+        "tasks: {arith: {kind: arith}, arith3: {kind: arith}, pycode: {kind: pycode}}\n"
+        "policy: {tiny: {tokenizer_tasks: [arith, arith3]}}\n"
+    )
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(extra)))
+    [base] = [job for job in jobs if job["rule"] == "build_tiny_policy"]
+    corpus = ["results/data/arith/train.jsonl", "results/data/arith3/train.jsonl"]
+    assert base["input"].split(", ") == corpus
+
+
 def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path):
     config = tmp_path / "hub.yaml"
     config.write_text(f"policy:\n  base: {HUB_ID}\n")

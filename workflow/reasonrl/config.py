@@ -70,16 +70,10 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
             )
     # Only sections the input gives, and not in a stage's config: it holds at most its own
     # task (the workflow checked the whole config before it reduced it).
-    for section in ("sft", "evaluation"):
+    for section in ("sft", "evaluation", "policy"):
         if section not in (raw or {}) or stage:
             continue
-        lists = {f"{section}.tasks": filled[section]["tasks"]}
-        if section == "sft":
-            lists.update(
-                (f"sft.variants.{name}.tasks", policy["tasks"])
-                for name, policy in sft_policies(filled).items()
-            )
-        for key, names in lists.items():
+        for key, names in _task_lists(section, filled).items():
             for name in names:
                 if name not in filled["tasks"]:
                     raise ReasonRLError(
@@ -101,6 +95,19 @@ def validate_config(raw: dict | None, source: str = "config", stage: bool = Fals
         _check_calibration(filled, source)
     _check_model_folders(filled, source)
     return filled
+
+
+def _task_lists(section: str, filled: dict) -> dict[str, list[str]]:
+    """The keys of `section` that name tasks -> the names they hold."""
+    if section == "policy":
+        return {"policy.tiny.tokenizer_tasks": filled["policy"]["tiny"]["tokenizer_tasks"]}
+    lists = {f"{section}.tasks": filled[section]["tasks"]}
+    if section == "sft":
+        lists.update(
+            (f"sft.variants.{name}.tasks", policy["tasks"])
+            for name, policy in sft_policies(filled).items()
+        )
+    return lists
 
 
 # policy.base values a rule of the workflow builds (not a folder or hub id).

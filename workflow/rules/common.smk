@@ -106,8 +106,13 @@ def prompt_source(consumer):
 
 
 def train_files(tasks):
-    """The train split of each task (sft.tasks, or every task for the tokenizer corpus)."""
+    """The train split of each task (sft.tasks, or the tokenizer corpus)."""
     return [f"results/data/{task}/train.jsonl" for task in tasks]
+
+
+def tokenizer_corpus(wildcards):
+    """The tiny tokenizer's corpus: policy.tiny.tokenizer_tasks' train splits, else every task's."""
+    return train_files(config["policy"]["tiny"]["tokenizer_tasks"] or config["tasks"])
 
 
 def base_is_built():

@@ -5,7 +5,7 @@ if config["policy"]["base"] == "tiny":
 
     rule build_tiny_policy:
         input:
-            corpus=train_files(config["tasks"]),
+            corpus=tokenizer_corpus,
         output:
             directory(BASE_MODEL_DIR),
         log:
