@@ -148,6 +148,34 @@ def test_tokenizer_tasks_pick_the_tokenizer_corpus(snakemake, tmp_path):
     assert base["input"].split(", ") == corpus
 
 
+def test_tables_starts_from_the_defaults_sft_policy(snakemake):
+    """config/tables.yaml adds pycode but keeps the default's tokenizer corpus, task data and
+    SFT settings, so its sft-tool (every table's start) is the default's policy."""
+
+    def start_jobs(*configs: str) -> dict[str, dict]:
+        jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", *configs))
+        wanted = {"build_tiny_policy", "make_task_data", "sft"}
+        named = {f"{job['rule']} {job.get('wildcards', '')}".strip(): job for job in jobs}
+        return {name: job for name, job in named.items() if name.split()[0] in wanted}
+
+    def without_tokenizer_tasks(job: dict) -> dict:
+        config = cli_config(job)
+        config.get("policy", {}).get("tiny", {}).pop("tokenizer_tasks", None)
+        return {"input": job.get("input"), "config": config}
+
+    default = start_jobs("config/config.yaml")
+    tables = start_jobs("config/config.yaml", "config/tables.yaml")
+    assert set(default) == {
+        "make_task_data task=arith",
+        "make_task_data task=arith3",
+        "build_tiny_policy",
+        "sft variant=tool",
+    }
+    assert set(tables) == set(default) | {"make_task_data task=pycode", "sft variant=code"}
+    for name, job in default.items():
+        assert without_tokenizer_tasks(tables[name]) == without_tokenizer_tasks(job), name
+
+
 def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path):
     config = tmp_path / "hub.yaml"
     config.write_text(f"policy:\n  base: {HUB_ID}\n")
