@@ -287,6 +287,9 @@ def test_an_online_arm_is_compared_on_its_task_and_the_evaluation_tasks_a_ppo_ar
     arms = evaluated_arms(validate_config(raw))
     assert arms["online-async"] == ["arith3", "arith"]
     assert arms["ppo-s"] == ["pycode"]
+    assert arms["sft-tool"] == ["arith", "pycode"]  # PPO's start, scored on its task too
+    start = {"name": "ppo_vs_sft", "a": "ppo-s", "b": "sft-tool", "task": "pycode"}
+    validate_config({**raw, "comparisons": {"declared": [start]}})
     cost = {"name": "cost", "a": "online-async", "b": "sft-tool", "task": "arith", "margin": 0.03}
     validate_config({**raw, "comparisons": {"declared": [cost]}})
     with pytest.raises(ReasonRLError, match=r"'ppo-s' is not a policy this config evaluates"):

@@ -330,8 +330,12 @@ def evaluated_arms(config: dict) -> dict[str, list[str]]:
     for variant in config["online_dpo"]["variants"]:
         # its own task, and the evaluation tasks: what it costs on another band is a claim too
         arms[f"online-{variant['name']}"] = online_tasks
-    for variant in config["ppo"]["variants"]:
-        arms[f"ppo-{variant['name']}"] = [config["ppo"]["task"]]
+    ppo = config["ppo"]
+    for variant in ppo["variants"]:
+        arms[f"ppo-{variant['name']}"] = [ppo["task"]]
+    if ppo["variants"]:
+        # the PPO table scores its start on ppo.task too: PPO against its start is a claim
+        arms[ppo["policy"]] = list(dict.fromkeys([*arms.get(ppo["policy"], []), ppo["task"]]))
     return arms
 
 
