@@ -148,6 +148,27 @@ def test_tokenizer_tasks_pick_the_tokenizer_corpus(snakemake, tmp_path):
     assert base["input"].split(", ") == corpus
 
 
+def test_tokenizer_tasks_is_no_rules_param(snakemake, tmp_path):
+    """The key reaches build_tiny_policy as its input files only: no job's config carries
+    it, so a results tree from before the key keeps its params, and naming the tasks the
+    default already uses changes no job."""
+    extra = tmp_path / "tok.yaml"
+    extra.write_text("policy: {tiny: {tokenizer_tasks: [arith, arith3]}}\n")
+
+    def job_configs(*configs: str) -> dict[str, dict]:
+        jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", *configs))
+        return {
+            f"{job['rule']} {job.get('wildcards', '')}": cli_config(job)
+            for job in jobs
+            if "--config-json" in job.get("shell", "")
+        }
+
+    default = job_configs("config/config.yaml")
+    assert "build_tiny_policy " in default
+    assert not [name for name, config in default.items() if "tokenizer_tasks" in str(config)]
+    assert job_configs("config/config.yaml", str(extra)) == default
+
+
 def test_tables_starts_from_the_defaults_sft_policy(snakemake):
     """config/tables.yaml adds pycode but keeps the default's tokenizer corpus, task data and
     SFT settings, so its sft-tool (every table's start) is the default's policy."""
@@ -158,10 +179,8 @@ def test_tables_starts_from_the_defaults_sft_policy(snakemake):
         named = {f"{job['rule']} {job.get('wildcards', '')}".strip(): job for job in jobs}
         return {name: job for name, job in named.items() if name.split()[0] in wanted}
 
-    def without_tokenizer_tasks(job: dict) -> dict:
-        config = cli_config(job)
-        config.get("policy", {}).get("tiny", {}).pop("tokenizer_tasks", None)
-        return {"input": job.get("input"), "config": config}
+    def inputs_and_config(job: dict) -> dict:
+        return {"input": job.get("input"), "config": cli_config(job)}
 
     default = start_jobs("config/config.yaml")
     tables = start_jobs("config/config.yaml", "config/tables.yaml")
@@ -173,7 +192,7 @@ def test_tables_starts_from_the_defaults_sft_policy(snakemake):
     }
     assert set(tables) == set(default) | {"make_task_data task=pycode", "sft variant=code"}
     for name, job in default.items():
-        assert without_tokenizer_tasks(tables[name]) == without_tokenizer_tasks(job), name
+        assert inputs_and_config(tables[name]) == inputs_and_config(job), name
 
 
 def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path):

@@ -154,11 +154,22 @@ def without_full_fine_tuning(section):
     return {key: value for key, value in section.items() if key != "lora"}
 
 
+def without_tokenizer_tasks(policy):
+    """The policy section less policy.tiny.tokenizer_tasks: the key picks the tokenizer's
+    corpus, an input of build_tiny_policy (tokenizer_corpus), so no rule needs it as a param,
+    and a results tree from before the key keeps every rule's params."""
+    tiny = {k: v for k, v in policy["tiny"].items() if k != "tokenizer_tasks"}
+    return {**policy, "tiny": tiny}
+
+
 def params_section(name):
     """The config section `name` as it goes into params, less the lora setting of a training
     section in it where r is 0 (without_full_fine_tuning), so that every rule reading the
-    section (reward-model data, best-of-N, PPO's R^2 too) keeps its params."""
+    section (reward-model data, best-of-N, PPO's R^2 too) keeps its params, and less the
+    policy's tokenizer_tasks (without_tokenizer_tasks)."""
     section = config[name]
+    if name == "policy":
+        return without_tokenizer_tasks(section)
     if name in ("sft", "ppo", "online_dpo"):
         return without_full_fine_tuning(section)
     if name == "reward_models":
@@ -176,7 +187,11 @@ def sft_config_json(wildcards):
         if key != "variants"
     }
     section.update(tasks=settings["tasks"], max_steps=settings["max_steps"])
-    reduced = {"seed": config["seed"], "sft": section, "policy": config["policy"]}
+    reduced = {
+        "seed": config["seed"],
+        "sft": section,
+        "policy": params_section("policy"),
+    }
     return json_param(reduced)
 
 
