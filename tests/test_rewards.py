@@ -431,6 +431,46 @@ def test_edit_distance_and_farthest_pair():
     assert pairs == [] and ties == 1  # both correct: no preference
 
 
+def bt_row(problem: str, sample: int, correct: bool) -> dict:
+    messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": f"s{sample}"}]
+    return {
+        "problem_id": problem,
+        "task": "t",
+        "sample": sample,
+        "messages": messages,
+        "correct": correct,
+    }
+
+
+def test_random_and_all_pairs_use_every_prompt_with_a_right_and_a_wrong_sample():
+    # p: samples 0 and 2 are farthest apart and both wrong, so the paper's recipe drops p
+    rows = [bt_row("p", 0, False), bt_row("p", 1, True), bt_row("p", 2, False)]
+    rows[2]["messages"][1]["content"] = "x y z w"
+    rows += [bt_row("q", 0, True), bt_row("q", 1, True)]  # no wrong sample: no pair
+    assert preference_pairs(rows, "farthest") == ([], 2)
+    pairs, ties = preference_pairs(rows, "random", seed=3)
+    assert ties == 1 and [p["problem_id"] for p in pairs] == ["p"]
+    assert pairs[0]["chosen"] == rows[1]["messages"]
+    pairs, ties = preference_pairs(rows, "all")
+    assert ties == 1 and [p["rejected"] for p in pairs] == [
+        rows[0]["messages"],
+        rows[2]["messages"],
+    ]
+    assert all(p["chosen"] == rows[1]["messages"] for p in pairs)
+
+
+def test_random_pairs_are_seeded():
+    rows = [bt_row("p", i, i < 3) for i in range(8)]
+    assert preference_pairs(rows, "random", 1) == preference_pairs(rows, "random", 1)
+    assert len({str(preference_pairs(rows, "random", seed)[0]) for seed in range(6)}) > 1
+
+
+def test_unknown_pair_selection_is_named():
+    rows = [bt_row("p", 0, True), bt_row("p", 1, False)]
+    with pytest.raises(ReasonRLError, match="unknown pair selection 'nearest'"):
+        preference_pairs(rows, "nearest")
+
+
 class ScalarModel(torch.nn.Module):
     def __init__(self, rewards):
         super().__init__()
@@ -651,3 +691,13 @@ def test_bt_without_decisive_pairs_writes_an_untrained_head_and_says_so(
     assert metrics["steps"] == 0 and metrics["final_loss"] is None
     assert metrics["train_pairs"] == 0 and metrics["tied_prompts"] == 6
     assert (tmp_path / "model-bt/reward_model.json").is_file()
+
+
+def test_bt_trains_on_the_pairs_bt_pairs_selects(tiny_policy, rm_inputs, tmp_path):
+    config = rm_config()
+    config["reward_models"]["bt_pairs"] = "all"  # 1 right x 2 wrong samples a prompt: 2 pairs
+    metrics = run_train_reward_model(
+        config, "bt", str(tiny_policy), str(rm_inputs / "problems.jsonl"),
+        str(rm_inputs / "samples.jsonl"), str(tmp_path / "model-bt"),
+    )  # fmt: skip
+    assert metrics["train_pairs"] == 8 and metrics["heldout"]["pairs"] == 4

@@ -169,6 +169,20 @@ def test_tokenizer_tasks_is_no_rules_param(snakemake, tmp_path):
     assert job_configs("config/config.yaml", str(extra)) == default
 
 
+def test_bt_pairs_enter_the_reward_model_params_only_when_not_the_papers(snakemake, tmp_path):
+    extra = tmp_path / "pairs.yaml"
+    extra.write_text("reward_models: {bt_pairs: all}\n")
+
+    def rm_configs(*configs: str) -> list[dict]:
+        jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", *configs))
+        return [
+            cli_config(job)["reward_models"] for job in jobs if job["rule"] == "train_reward_model"
+        ]
+
+    assert all("bt_pairs" not in section for section in rm_configs("config/config.yaml"))
+    assert {s["bt_pairs"] for s in rm_configs("config/config.yaml", str(extra))} == {"all"}
+
+
 def test_tables_starts_from_the_defaults_sft_policy(snakemake):
     """config/tables.yaml adds pycode but keeps the default's tokenizer corpus, task data and
     SFT settings, so its sft-tool (every table's start) is the default's policy."""

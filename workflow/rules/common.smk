@@ -162,6 +162,14 @@ def without_tokenizer_tasks(policy):
     return {**policy, "tiny": tiny}
 
 
+def without_paper_pairs(section):
+    """The reward_models section less bt_pairs where it is the paper's farthest pair: a
+    results tree from before the key keeps its params."""
+    if section["bt_pairs"] != "farthest":
+        return section
+    return {key: value for key, value in section.items() if key != "bt_pairs"}
+
+
 def params_section(name):
     """The config section `name` as it goes into params, less the lora setting of a training
     section in it where r is 0 (without_full_fine_tuning), so that every rule reading the
@@ -173,7 +181,10 @@ def params_section(name):
     if name in ("sft", "ppo", "online_dpo"):
         return without_full_fine_tuning(section)
     if name == "reward_models":
-        return {**section, "train": without_full_fine_tuning(section["train"])}
+        return {
+            **without_paper_pairs(section),
+            "train": without_full_fine_tuning(section["train"]),
+        }
     return section
 
 

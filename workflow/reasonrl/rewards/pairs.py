@@ -1,13 +1,19 @@
-"""Bradley-Terry preference pairs from SFT samples (PF-PPO's recipe).
+"""Bradley-Terry preference pairs from SFT samples.
 
-Per prompt, of the sampled responses take the two with the maximum edit distance between
-them; the correct one is preferred, and a pair whose two responses are both correct or both
-wrong is dropped (a tie carries no preference).
+Per prompt, `selection` says which of the sampled responses are paired, the correct one
+preferred:
+
+- farthest (PF-PPO's recipe): the two with the maximum edit distance between them; a pair
+  whose two responses are both correct or both wrong is dropped (a tie carries no preference);
+- random (ablation): one correct and one wrong response drawn at random, from every prompt
+  that has both;
+- all (ablation): every correct x wrong combination of such a prompt.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import re
 
 from reasonrl.errors import ReasonRLError
@@ -43,28 +49,50 @@ def farthest_pair(samples: list[dict]) -> tuple[dict, dict]:
     return samples[i], samples[j]
 
 
-def preference_pairs(samples: list[dict]) -> tuple[list[dict], int]:
-    """(pairs, number of prompts whose farthest pair was a tie) from trajectory rows."""
+PAIR_SELECTIONS = ("farthest", "random", "all")
+
+
+def prompt_pairs(rows: list[dict], selection: str, rng: random.Random) -> list[tuple[dict, dict]]:
+    """(chosen, rejected) samples of one prompt's rows under `selection` (PAIR_SELECTIONS)."""
+    if selection == "farthest":
+        a, b = farthest_pair(rows)
+        if a["correct"] == b["correct"]:
+            return []
+        return [(a, b) if a["correct"] else (b, a)]
+    right = [r for r in rows if r["correct"]]
+    wrong = [r for r in rows if not r["correct"]]
+    if not right or not wrong:
+        return []
+    if selection == "random":
+        return [(rng.choice(right), rng.choice(wrong))]
+    if selection == "all":
+        return list(itertools.product(right, wrong))
+    raise ReasonRLError(f"unknown pair selection {selection!r} (expected one of {PAIR_SELECTIONS})")
+
+
+def preference_pairs(
+    samples: list[dict], selection: str = "farthest", seed: int = 0
+) -> tuple[list[dict], int]:
+    """(pairs, number of prompts that gave no pair) from trajectory rows."""
     by_problem: dict[str, list[dict]] = {}
     for row in samples:
         by_problem.setdefault(row["problem_id"], []).append(row)
+    rng = random.Random(seed)
     pairs, ties = [], 0
     for problem_id, rows in by_problem.items():
-        a, b = farthest_pair(sorted(rows, key=lambda r: r["sample"]))
-        if a["correct"] == b["correct"]:
-            ties += 1
-            continue
-        chosen, rejected = (a, b) if a["correct"] else (b, a)
-        pairs.append(
+        chosen_rejected = prompt_pairs(sorted(rows, key=lambda r: r["sample"]), selection, rng)
+        ties += not chosen_rejected
+        pairs += [
             {
                 "problem_id": problem_id,
                 "task": chosen["task"],
                 "chosen": chosen["messages"],
                 "rejected": rejected["messages"],
                 "edit_distance": edit_distance(
-                    WORD.findall(response_text(a["messages"])),
-                    WORD.findall(response_text(b["messages"])),
+                    WORD.findall(response_text(chosen["messages"])),
+                    WORD.findall(response_text(rejected["messages"])),
                 ),
             }
-        )
+            for chosen, rejected in chosen_rejected
+        ]
     return pairs, ties

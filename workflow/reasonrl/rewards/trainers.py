@@ -86,8 +86,9 @@ def train_bt(config, model_path, problems, train_rows, held_rows, run: Run):
         ids = tokenizer(render(tokenizer, messages), add_special_tokens=False)["input_ids"]
         return ids[-max_length:]  # keep the end: the head reads the last token
 
-    train_pairs, ties = preference_pairs(train_rows)
-    held_pairs, held_ties = preference_pairs(held_rows) if held_rows else ([], 0)
+    selection = section["bt_pairs"]
+    train_pairs, ties = preference_pairs(train_rows, selection, seed)
+    held_pairs, held_ties = preference_pairs(held_rows, selection, seed) if held_rows else ([], 0)
     if train_pairs:
         batches = PairBatches(
             [(encode(p["chosen"]), encode(p["rejected"])) for p in train_pairs],
@@ -97,7 +98,7 @@ def train_bt(config, model_path, problems, train_rows, held_rows, run: Run):
         )
         result = run.fit(model, batches, bradley_terry_loss, loop_settings(section, seed))
     else:
-        # Every prompt's farthest pair was a tie (e.g. a policy that never solves anything):
+        # No prompt gave a pair (e.g. a policy that never solves anything):
         # no preference to learn. The untrained head is still written, and the metrics say
         # so, so that the rest of the DAG runs and the tables show it.
         log.warning("no decisive preference pairs: the BT-RM head stays untrained")
