@@ -333,3 +333,13 @@ def test_output_notes_per_status():
     )
     assert SandboxResult("ok", "", "", 0, 0.1).output == ""
     assert bwrap_available()  # the rest of this file ran under bwrap
+
+
+def test_a_sigkill_a_tick_before_the_cpu_hard_limit_of_wall_clock_is_a_timeout():
+    """The kernel charges CPU time by scheduler ticks: a program that ignores SIGXCPU is
+    killed at its hard limit (soft + 1 s) of CPU time, which our wall clock can show a tick
+    short of (CI: 1.9988 s under a 2 s limit). Well short of it, a SIGKILL is not the limit's."""
+    supervisor = sandbox_module._Supervisor.__new__(sandbox_module._Supervisor)
+    supervisor.limits = SandboxLimits(cpu_seconds=1)
+    assert supervisor._hit_cpu_limit(-signal.SIGKILL, 1.9988)
+    assert not supervisor._hit_cpu_limit(-signal.SIGKILL, 1.5)

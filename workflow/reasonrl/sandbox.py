@@ -85,6 +85,10 @@ _READ_CHUNK = 65536
 _KILL_GRACE_SECONDS = 2.0
 _ZYGOTE_KILL_GRACE_SECONDS = 5.0  # a zygote kills every process of the program, then answers
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "out of memory")
+# The kernel charges CPU time by whole scheduler ticks, so a program can reach its CPU limit a
+# tick or so before our wall clock shows that much time (seen: SIGKILL at 1.9988 s of wall
+# clock under a 2 s hard limit, in CI).
+_CPU_ACCOUNTING_SLACK_SECONDS = 0.05
 _TAIL_LINES = 5
 _STDERR_FLOOD_FACTOR = 64  # stderr may exceed the kept cap this many times over
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
@@ -770,7 +774,10 @@ class _Supervisor:
         if returncode == -signal.SIGXCPU:
             return True
         cpu_hard_limit = math.ceil(self.limits.cpu_seconds) + 1
-        return returncode == -signal.SIGKILL and duration >= cpu_hard_limit
+        return (
+            returncode == -signal.SIGKILL
+            and duration >= cpu_hard_limit - _CPU_ACCOUNTING_SLACK_SECONDS
+        )
 
     def _program_returncode(self, exitcode: int) -> int:
         """The program's exit code, negative for a signal (bwrap reports signals as 128+n)."""
