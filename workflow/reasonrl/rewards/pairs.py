@@ -53,7 +53,8 @@ PAIR_SELECTIONS = ("farthest", "random", "all")
 
 
 def prompt_pairs(rows: list[dict], selection: str, rng: random.Random) -> list[tuple[dict, dict]]:
-    """(chosen, rejected) samples of one prompt's rows under `selection` (PAIR_SELECTIONS)."""
+    """(chosen, rejected) samples of one prompt's rows under `selection`, one of
+    PAIR_SELECTIONS (preference_pairs checks it)."""
     if selection == "farthest":
         a, b = farthest_pair(rows)
         if a["correct"] == b["correct"]:
@@ -65,15 +66,17 @@ def prompt_pairs(rows: list[dict], selection: str, rng: random.Random) -> list[t
         return []
     if selection == "random":
         return [(rng.choice(right), rng.choice(wrong))]
-    if selection == "all":
-        return list(itertools.product(right, wrong))
-    raise ReasonRLError(f"unknown pair selection {selection!r} (expected one of {PAIR_SELECTIONS})")
+    return list(itertools.product(right, wrong))
 
 
 def preference_pairs(
     samples: list[dict], selection: str = "farthest", seed: int = 0
 ) -> tuple[list[dict], int]:
     """(pairs, number of prompts that gave no pair) from trajectory rows."""
+    if selection not in PAIR_SELECTIONS:
+        raise ReasonRLError(
+            f"unknown pair selection {selection!r} (expected one of {PAIR_SELECTIONS})"
+        )
     by_problem: dict[str, list[dict]] = {}
     for row in samples:
         by_problem.setdefault(row["problem_id"], []).append(row)
