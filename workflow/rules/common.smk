@@ -145,29 +145,33 @@ def policy_style(policy):
     return SFT_POLICIES[name]["style"] if name in SFT_POLICIES else "tool"
 
 
+def without_key(section, key):
+    """The section (a dict) less `key`, a fresh dict."""
+    return {k: v for k, v in section.items() if k != key}
+
+
 def without_full_fine_tuning(section):
     """A training section less its lora setting where r is 0 (full fine-tuning): the stage
     fills the default back in, and a config from before LoRA keeps its rules' params, so it
     reruns nothing."""
-    if section["lora"]["r"]:
-        return section
-    return {key: value for key, value in section.items() if key != "lora"}
+    return section if section["lora"]["r"] else without_key(section, "lora")
 
 
 def without_tokenizer_tasks(policy):
     """The policy section less policy.tiny.tokenizer_tasks: the key picks the tokenizer's
     corpus, an input of build_tiny_policy (tokenizer_corpus), so no rule needs it as a param,
     and a results tree from before the key keeps every rule's params."""
-    tiny = {k: v for k, v in policy["tiny"].items() if k != "tokenizer_tasks"}
-    return {**policy, "tiny": tiny}
+    return {**policy, "tiny": without_key(policy["tiny"], "tokenizer_tasks")}
 
 
 def without_paper_pairs(section):
     """The reward_models section less bt_pairs where it is the paper's farthest pair: a
     results tree from before the key keeps its params."""
-    if section["bt_pairs"] != "farthest":
-        return section
-    return {key: value for key, value in section.items() if key != "bt_pairs"}
+    return (
+        section
+        if section["bt_pairs"] != "farthest"
+        else without_key(section, "bt_pairs")
+    )
 
 
 def params_section(name):
