@@ -8,7 +8,10 @@ SFT's problems, from each other and from the test splits), and each is compared 
 start on the frontier band's 400 held-out test problems: paired bootstrap CI and exact
 McNemar p, Holm-adjusted over the comparisons of this file, with the easy band's cost
 declared as a non-inferiority comparison beside the gain. PPO rewarded by the verifier
-(issue 18's sanity check of the PPO machinery) is one more method on the same start.
+(issue 18's sanity check of the PPO machinery) is one more method on the same start. The
+default's reward models and search (best-of-16 reranked by the PRM and the ORM against the
+vote, HGS-PRM against greedy decoding) join the same Holm family; at this scale they are
+nulls, each a strict xfail with its numbers, so a reranker that starts to pay off fails it.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import pytest
 import yaml
 
 from reasonrl.calibration import sampled_outcomes
-from reasonrl.comparisons import compare, greedy_correct, holm
-from reasonrl.config import validate_config
+from reasonrl.comparisons import SEARCH_METRIC, compare, greedy_correct, holm, same_problems
+from reasonrl.config import search_arm, validate_config
 from reasonrl.io import read_jsonl
 from reasonrl.models import build_tiny_policy
+from reasonrl.search import search_arm_scores
 from reasonrl.stages.data import make_data, make_pool
 from reasonrl.stages.evaluate import evaluate
 from reasonrl.stages.models import corpus_texts
@@ -33,7 +37,20 @@ from reasonrl.stages.preference import label_preferences as run_labelling
 from reasonrl.stages.preference import preference_train as run_training
 from reasonrl.stages.preference import reference_logps as run_reference
 from reasonrl.stages.preference import sample_round as run_sampling
+from reasonrl.stages.reward_models import (
+    annotate_prm,
+    best_of_n,
+    hgs_search,
+    sample_rm_data,
+    train_reward_model,
+)
 from reasonrl.stages.sft import sft as run_sft
+
+# A module fixture's set-up counts against the first test that asks for it: the two 900-step
+# SFT runs take about 10 min on an idle 2-core machine, over 15 in a clean-clone CI run
+# (pytest-timeout's 900 s default stopped them there on 2026-11-26), and the methods and reward
+# models behind `comparisons` about as long again.
+pytestmark = pytest.mark.timeout(2400)
 
 REPO = Path(__file__).resolve().parents[1]
 EASY, FRONTIER = "arith", "arith3"
@@ -66,8 +83,12 @@ def learning_config(seed: int) -> dict:
         # a 3-operation program's turn is longer than test.yaml's 96-token cap allows
         "rollout": {"max_turns": 2, "max_turn_tokens": 128, "max_total_tokens": 256},
         "generation": {"batch_size": 64},
-        # the default's PPO as its DAG runs it (test.yaml names no PPO variant)
+        # the default's PPO and reward models as its DAG runs them (test.yaml names no PPO
+        # variant and trains its reward models on arith)
         "ppo": base["ppo"],
+        "reward_models": base["reward_models"],
+        # test.yaml's name arith's best-of-N; this file declares its own (`comparisons`)
+        "comparisons": {"declared": []},
         "preference": {
             "task": FRONTIER,
             "prompts": {
@@ -88,8 +109,9 @@ def learning_config(seed: int) -> dict:
             **frontier,
             "train_size": 100,
             "test_size": 400,
-            # ppo is drawn after the other pools, so adding it changed neither of them
-            "pools": {"preference": 460, "online_dpo": 300, "ppo": 300},
+            # ppo and reward_models are drawn after the other pools, so adding them changed none
+            # of those drawn before
+            "pools": {"preference": 460, "online_dpo": 300, "ppo": 300, "reward_models": 100},
         },
     }
     return validate_config(config)
@@ -129,9 +151,6 @@ def train_start(tmp_path_factory):
     return start
 
 
-# Two 900-step SFT runs: about 10 min on an idle 2-core machine, over 15 in a clean-clone CI run
-# (pytest-timeout's 900 s default stopped it there on 2026-11-26).
-@pytest.mark.timeout(2400)
 def test_sft_learns_to_copy_numbers_for_two_seeds(train_start):
     # Measured at 900 steps (2026-11-26): copy accuracy 1.000 / 0.998, greedy pass@1 1.000 /
     # 0.985 for seeds 0 / 1. At 600 steps seed 1 copied 0.836 (mid-transition), which is why
@@ -248,9 +267,63 @@ def ppo_run(train_start) -> dict:
     return {"metrics": metrics, "eval": {FRONTIER: greedy_eval(config, root, "ppo", FRONTIER)}}
 
 
+# Issue 18's search comparisons as config.yaml declares them: arm a, arm b (search arms).
+SEARCH_COMPARISONS = {
+    "prm_vs_maj": ("bon:prm-min@16", "bon:maj@16"),
+    "orm_vs_maj": ("bon:orm@16", "bon:maj@16"),
+    "hgs_vs_greedy": ("hgs", "bon:greedy"),
+}
+
+
+@pytest.fixture(scope="module")
+def rm_run(train_start) -> dict:
+    """The default's reward models (config.yaml's reward_models section: 100 prompts x 5
+    samples at T 0.7, Math-Shepherd labels from 4 completions per step of one solution per
+    prompt, 40 steps each) from the seed-0 start on the frontier's own reward_models pool;
+    best-of-16 on the first 100 frontier test problems and HGS-PRM on the first 30, as the
+    default DAG runs them."""
+    start = train_start(METHOD_SEED)
+    root, config = start["root"], start["config"]
+    make_pool(config, FRONTIER, "reward_models", str(root / "pool-rm"))
+    pool, sft = str(root / "pool-rm/problems.jsonl"), str(root / "sft")
+    samples = str(root / "rm-samples/samples.jsonl")
+    sampled = sample_rm_data(config, sft, pool, str(root / "rm-samples"))
+    shepherd = annotate_prm(config, sft, pool, samples, str(root / "rm-shepherd"))
+    data = {"bt": samples, "orm": samples, "prm": str(root / "rm-shepherd/prm.jsonl")}
+    models = {kind: str(root / f"rm-{kind}") for kind in data}
+    trained = {
+        kind: train_reward_model(config, kind, sft, pool, data[kind], models[kind]) for kind in data
+    }
+    test = str(root / "data" / FRONTIER / "test.jsonl")
+    table = best_of_n(config, sft, test, models, str(root / "bon"))
+    hgs_search(config, sft, models["prm"], test, str(root / "bon"), str(root / "hgs"))
+    folders = {"best-of-n": root / "bon", "hgs": root / "hgs"}
+    arms = {arm for pair in SEARCH_COMPARISONS.values() for arm in pair}
+    scores = {}
+    for arm in arms:
+        spec = search_arm(arm)
+        scores[arm] = search_arm_scores(spec, folders[spec.stage])
+    return {
+        "sampled": sampled,
+        "shepherd": shepherd,
+        "trained": trained,
+        "table": table,
+        "scores": scores,
+    }
+
+
+def search_rows(scores: dict[str, dict[str, float]]) -> list[dict]:
+    """SEARCH_COMPARISONS' rows, each arm pair on the problems of the smaller (HGS-PRM runs
+    on the first 30 of best-of-N's 100)."""
+    return [
+        compare(name, SEARCH_METRIC, a, b, *same_problems(scores[a], scores[b]))
+        for name, (a, b) in SEARCH_COMPARISONS.items()
+    ]
+
+
 @pytest.fixture(scope="module")
 def comparisons(
-    train_start, mdpo_run, mkto_run, online_run, online_sync_run, ppo_run
+    train_start, mdpo_run, mkto_run, online_run, online_sync_run, ppo_run, rm_run
 ) -> dict[str, dict]:
     """The file's pre-registered comparisons, Holm-adjusted together."""
     start = train_start(METHOD_SEED)["eval"]
@@ -275,6 +348,7 @@ def comparisons(
                 online_run["eval"][FRONTIER]["scores"], online_sync_run["eval"][FRONTIER]["scores"],
                 margin=NONINFERIORITY_MARGIN)
     )  # fmt: skip
+    rows += search_rows(rm_run["scores"])
     return {row["name"]: row for row in holm(rows)}
 
 
@@ -349,12 +423,74 @@ def test_async_online_dpo_matches_sync_on_the_frontier(online_run, online_sync_r
 def test_ppo_with_the_verifier_reward_beats_its_sft_start_on_the_frontier(ppo_run, comparisons):
     # Measured (2026-11-27): best iteration 2 (selection 0.70 -> 0.74), clip fraction at most
     # 0.006, KL to the start at most 0.53; frontier 0.730 -> 0.7675, +0.0375 [+0.0125,
-    # +0.0625], p 0.006 (power 0.80), p_holm 0.006 over this file's eight comparisons. The
-    # pilot's PPO seeds 1 and 2 from this start: +0.028 each, p 0.07 and 0.08
-    # (docs/experiment-design.md, "PPO rewarded by the verifier beats its SFT start").
+    # +0.0625], p 0.006 (power 0.80); p_holm 0.024 over this file's eleven comparisons (0.006
+    # over the eight before the search comparisons joined the family). The pilot's PPO seeds
+    # 1 and 2 from this start: +0.028 each, p 0.07 and 0.08 (docs/experiment-design.md, "PPO
+    # rewarded by the verifier beats its SFT start").
     history = ppo_run["metrics"]["history"]
     assert max(h["clip_fraction"] for h in history) < 0.2, (
         "the updates must stay in the trust region"
     )
     gain = comparisons["ppo_oracle_vs_sft"]
+    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+
+
+@pytest.mark.learning
+def test_reward_models_learn_from_the_frontier_pool_and_leave_the_vote_headroom(rm_run):
+    """What the three search comparisons below stand on: real reward-model data, both
+    Math-Shepherd labels, and best-of-16 samples a reranker could pick better from than the
+    vote (pass@16 above maj@16)."""
+    # Measured (2026-11-27): 500 samples (accuracy 0.694), labels 135 "+" / 65 "-", pass@16
+    # 0.78 against maj@16 0.72 and greedy 0.70 on the first 100 frontier test problems.
+    assert rm_run["sampled"]["samples"] == 500, rm_run["sampled"]
+    labels = rm_run["shepherd"]["labels"]
+    assert labels.get("+", 0) > 0 and labels.get("-", 0) > 0, labels
+    rows = {row["method"]: row["accuracy"] for row in rm_run["table"]["rows"] if row["N"] == 16}
+    assert rows["pass@N"] > rows["maj@N"] + 0.05, rows
+
+
+@pytest.mark.learning
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="a null at this scale: prm-min@16 0.65 vs maj@16 0.72 on 100 problems, -0.07 "
+    "[-0.14, 0.00], p 0.09, p_holm 0.28 (2026-11-27); the PRM calls every held-out step '+'",
+)
+def test_best_of_16_by_the_prm_beats_majority_vote_on_the_frontier(rm_run, comparisons):
+    # Measured (2026-11-27): 200 Math-Shepherd steps of 100 solutions (2 per solution: the
+    # program and the answer), "-" precision 0.91 and recall 1.00 against the steps' exact
+    # correctness; the PRM after 40 steps predicts "+" for all 20 held-out steps. 13 % of the
+    # problems are discordant (3 PRM-only, 10 vote-only): McNemar has 80 % power there only for
+    # a gain of 0.105, and a +0.05 gain would need about 500 problems.
+    gain = comparisons["prm_vs_maj"]
+    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+
+
+@pytest.mark.learning
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="a null at this scale: orm@16 0.67 vs maj@16 0.72 on 100 problems, -0.05 "
+    "[-0.10, 0.00], p 0.12, p_holm 0.28 (2026-11-27)",
+)
+def test_best_of_16_by_the_orm_beats_majority_vote_on_the_frontier(rm_run, comparisons):
+    # Measured (2026-11-27): ORM held-out accuracy 0.66 on 50 solutions; 7 % of the problems
+    # discordant (1 ORM-only, 6 vote-only), too few for any gain to reach 80 % power on 100
+    # problems; a +0.05 gain at that discordance would need about 300.
+    gain = comparisons["orm_vs_maj"]
+    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+
+
+@pytest.mark.learning
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="a null at this scale: HGS-PRM 0.833 = greedy 0.833 on 30 problems, no discordant "
+    "problem (2026-11-27); the PRM accepts every step, so HGS never backtracks",
+)
+def test_hgs_prm_beats_greedy_decoding_on_the_frontier(rm_run, comparisons):
+    # Measured (2026-11-27): 2 policy calls per problem (the program, the answer), 0
+    # backtracks; the compute-matched sample (1 per problem) is 0.833 too. No problem is
+    # discordant, so the test has no power at all at this scale.
+    gain = comparisons["hgs_vs_greedy"]
     assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)

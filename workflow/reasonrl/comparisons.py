@@ -211,7 +211,7 @@ def run_declared(
     for comparison in declared:
         task, arms = comparison["task"], (comparison["a"], comparison["b"])
         if all((task, arm) in search_scores for arm in arms):
-            scores = _same_problems(*(search_scores[task, arm] for arm in arms))
+            scores = same_problems(*(search_scores[task, arm] for arm in arms))
             labels, metric = arms, SEARCH_METRIC
         else:
             (label_a, path_a), (label_b, path_b) = (resolve(arm, task) for arm in arms)
@@ -223,7 +223,7 @@ def run_declared(
     return holm(rows, alpha)
 
 
-def _same_problems(
+def same_problems(
     a: Mapping[str, float], b: Mapping[str, float]
 ) -> tuple[Mapping[str, float], Mapping[str, float]]:
     """Two search arms on the problems of the smaller: each search stage runs on the first
