@@ -50,7 +50,7 @@ from reasonrl.stages.sft import sft as run_sft
 # SFT runs take about 10 min on an idle 2-core machine, over 15 in a clean-clone CI run
 # (pytest-timeout's 900 s default stopped them there on 2026-11-26), and the methods and reward
 # models behind `comparisons` about as long again.
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.learning, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[1]
 EASY, FRONTIER = "arith", "arith3"
@@ -359,7 +359,6 @@ def verdict(row: dict) -> str:
     )
 
 
-@pytest.mark.learning
 def test_one_mdpo_round_beats_its_sft_start_on_the_frontier(mdpo_run, comparisons):
     # Measured (2026-11-26): 375 prompts, pass@8 0.765, mixed share 0.24, 90 pairs; frontier
     # 0.730 -> 0.808, +0.078 [+0.048, +0.108], p_holm 1e-6 (power 1.00); easy 1.000 -> 0.995.
@@ -372,7 +371,6 @@ def test_one_mdpo_round_beats_its_sft_start_on_the_frontier(mdpo_run, comparison
     assert cost["p_holm"] < 0.05, verdict(cost)
 
 
-@pytest.mark.learning
 def test_one_mkto_round_beats_its_sft_start_on_the_frontier(mkto_run, comparisons):
     # Measured (2026-11-27) on this file's seed-0 start and labels: 45 steps on 180 unpaired
     # rows; frontier 0.730 -> 0.833, +0.103 [+0.068, +0.140], p 3e-8 (power 1.00); easy 1.000
@@ -388,7 +386,6 @@ def test_one_mkto_round_beats_its_sft_start_on_the_frontier(mkto_run, comparison
     assert cost["p_holm"] < 0.05, verdict(cost)
 
 
-@pytest.mark.learning
 def test_online_dpo_beats_its_sft_start_on_the_frontier(online_run, comparisons):
     # Measured (2026-11-26): 78 pairs, last KL 0.05; frontier 0.730 -> 0.783, +0.053 [+0.030,
     # +0.078], p_holm 5e-5 (power 0.99); easy 1.000 -> 1.000. The 600-step pilot over three
@@ -400,7 +397,6 @@ def test_online_dpo_beats_its_sft_start_on_the_frontier(online_run, comparisons)
     assert cost["p_holm"] < 0.05, verdict(cost)
 
 
-@pytest.mark.learning
 def test_async_online_dpo_matches_sync_on_the_frontier(online_run, online_sync_run, comparisons):
     # Measured (2026-11-27): 78 / 76 pairs; frontier async 0.782, sync 0.782, +0.000 [-0.007,
     # +0.007], p_holm 1e-15; wall-clock 117 s async, 143 s sync. The pilot over three SFT
@@ -419,7 +415,6 @@ def test_async_online_dpo_matches_sync_on_the_frontier(online_run, online_sync_r
     )
 
 
-@pytest.mark.learning
 def test_ppo_with_the_verifier_reward_beats_its_sft_start_on_the_frontier(ppo_run, comparisons):
     # Measured (2026-11-27): best iteration 2 (selection 0.70 -> 0.74), clip fraction at most
     # 0.006, KL to the start at most 0.53; frontier 0.730 -> 0.7675, +0.0375 [+0.0125,
@@ -435,7 +430,6 @@ def test_ppo_with_the_verifier_reward_beats_its_sft_start_on_the_frontier(ppo_ru
     assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
 
 
-@pytest.mark.learning
 def test_reward_models_learn_from_the_frontier_pool_and_leave_the_vote_headroom(rm_run):
     """What the three search comparisons below stand on: real reward-model data, both
     Math-Shepherd labels, and best-of-16 samples a reranker could pick better from than the
@@ -449,7 +443,6 @@ def test_reward_models_learn_from_the_frontier_pool_and_leave_the_vote_headroom(
     assert rows["pass@N"] > rows["maj@N"] + 0.05, rows
 
 
-@pytest.mark.learning
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
@@ -466,7 +459,6 @@ def test_best_of_16_by_the_prm_beats_majority_vote_on_the_frontier(rm_run, compa
     assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
 
 
-@pytest.mark.learning
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
@@ -481,7 +473,6 @@ def test_best_of_16_by_the_orm_beats_majority_vote_on_the_frontier(rm_run, compa
     assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
 
 
-@pytest.mark.learning
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
