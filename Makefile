@@ -12,23 +12,13 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-frontier test-rest lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm
+.PHONY: run test lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
 
-# The frontier learning tests train for ~28 minutes on both cores; much of the rest waits on
-# slurm, docker and subprocesses. The two run side by side, and each pytest's report is
-# printed whole when it ends.
-FRONTIER_TESTS := tests/test_preference_learning.py
 test: setup lint test-deps vllm
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-frontier test-rest
-
-test-frontier:
-	$(BIN)/pytest -ra --durations=10 $(FRONTIER_TESTS)
-
-test-rest:
-	$(BIN)/pytest -ra --durations=30 --ignore=$(FRONTIER_TESTS)
+	$(BIN)/pytest -ra --durations=30
 
 lint: setup
 	$(BIN)/ruff check .
