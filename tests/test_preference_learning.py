@@ -25,10 +25,9 @@ import yaml
 
 from reasonrl.calibration import sampled_outcomes
 from reasonrl.comparisons import SEARCH_METRIC, compare, greedy_correct, holm, same_problems
-from reasonrl.config import search_arm, validate_config
+from reasonrl.config import validate_config
 from reasonrl.io import read_jsonl
 from reasonrl.models import build_tiny_policy
-from reasonrl.search import search_arm_scores
 from reasonrl.stages.data import make_data, make_pool
 from reasonrl.stages.evaluate import evaluate
 from reasonrl.stages.models import corpus_texts
@@ -37,6 +36,7 @@ from reasonrl.stages.preference import label_preferences as run_labelling
 from reasonrl.stages.preference import preference_train as run_training
 from reasonrl.stages.preference import reference_logps as run_reference
 from reasonrl.stages.preference import sample_round as run_sampling
+from reasonrl.stages.report import search_scores
 from reasonrl.stages.reward_models import (
     annotate_prm,
     best_of_n,
@@ -297,12 +297,9 @@ def rm_run(train_start) -> dict:
     test = str(root / "data" / FRONTIER / "test.jsonl")
     table = best_of_n(config, sft, test, models, str(root / "bon"))
     hgs_search(config, sft, models["prm"], test, str(root / "bon"), str(root / "hgs"))
-    folders = {"best-of-n": root / "bon", "hgs": root / "hgs"}
-    arms = {arm for pair in SEARCH_COMPARISONS.values() for arm in pair}
-    scores = {}
-    for arm in arms:
-        spec = search_arm(arm)
-        scores[arm] = search_arm_scores(spec, folders[spec.stage])
+    folders = {f"{FRONTIER}/best-of-n": str(root / "bon"), f"{FRONTIER}/hgs": str(root / "hgs")}
+    declared = [{"a": a, "b": b, "task": FRONTIER} for a, b in SEARCH_COMPARISONS.values()]
+    scores = {arm: arm_scores for (_, arm), arm_scores in search_scores(declared, folders).items()}
     return {
         "sampled": sampled,
         "shepherd": shepherd,
@@ -359,14 +356,19 @@ def verdict(row: dict) -> str:
     )
 
 
+def assert_gain(row: dict) -> None:
+    """The pre-registered claim that arm a beats arm b: the paired CI above 0 and Holm's p
+    under 0.05."""
+    assert row["ci_low"] > 0 and row["p_holm"] < 0.05, verdict(row)
+
+
 def test_one_mdpo_round_beats_its_sft_start_on_the_frontier(mdpo_run, comparisons):
     # Measured (2026-11-26): 375 prompts, pass@8 0.765, mixed share 0.24, 90 pairs; frontier
     # 0.730 -> 0.808, +0.078 [+0.048, +0.108], p_holm 1e-6 (power 1.00); easy 1.000 -> 0.995.
     # The 600-step pilot over three SFT seeds: +0.068, +0.043, +0.065, every CI above 0.
     assert mdpo_run["headroom"]["mixed"] >= 0.2, f"no headroom: {mdpo_run['headroom']}"
     assert mdpo_run["pairs"] >= 50, "the round must find pairs to learn from"
-    gain = comparisons["mdpo_vs_sft"]
-    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+    assert_gain(comparisons["mdpo_vs_sft"])
     cost = comparisons["mdpo_easy_cost"]
     assert cost["p_holm"] < 0.05, verdict(cost)
 
@@ -380,8 +382,7 @@ def test_one_mkto_round_beats_its_sft_start_on_the_frontier(mkto_run, comparison
     assert mkto_run["rows"] >= 100, "the round must have desirable and undesirable rows"
     losses = [h["loss"] for h in mkto_run["history"]]
     assert sum(losses[-5:]) < sum(losses[:5]), "the KTO loss must fall"
-    gain = comparisons["mkto_vs_sft"]
-    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+    assert_gain(comparisons["mkto_vs_sft"])
     cost = comparisons["mkto_easy_cost"]
     assert cost["p_holm"] < 0.05, verdict(cost)
 
@@ -391,8 +392,7 @@ def test_online_dpo_beats_its_sft_start_on_the_frontier(online_run, comparisons)
     # +0.078], p_holm 5e-5 (power 0.99); easy 1.000 -> 1.000. The 600-step pilot over three
     # SFT seeds: +0.038, +0.030 (p 0.050), +0.040.
     assert sum(h["pairs"] for h in online_run["history"]) >= 64, "the run must find pairs"
-    gain = comparisons["online_vs_sft"]
-    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+    assert_gain(comparisons["online_vs_sft"])
     cost = comparisons["online_easy_cost"]
     assert cost["p_holm"] < 0.05, verdict(cost)
 
@@ -426,8 +426,7 @@ def test_ppo_with_the_verifier_reward_beats_its_sft_start_on_the_frontier(ppo_ru
     assert max(h["clip_fraction"] for h in history) < 0.2, (
         "the updates must stay in the trust region"
     )
-    gain = comparisons["ppo_oracle_vs_sft"]
-    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+    assert_gain(comparisons["ppo_oracle_vs_sft"])
 
 
 def test_reward_models_learn_from_the_frontier_pool_and_leave_the_vote_headroom(rm_run):
@@ -455,8 +454,7 @@ def test_best_of_16_by_the_prm_beats_majority_vote_on_the_frontier(rm_run, compa
     # correctness; the PRM after 40 steps predicts "+" for all 20 held-out steps. 13 % of the
     # problems are discordant (3 PRM-only, 10 vote-only): McNemar has 80 % power there only for
     # a gain of 0.105, and a +0.05 gain would need about 500 problems.
-    gain = comparisons["prm_vs_maj"]
-    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+    assert_gain(comparisons["prm_vs_maj"])
 
 
 @pytest.mark.xfail(
@@ -469,8 +467,7 @@ def test_best_of_16_by_the_orm_beats_majority_vote_on_the_frontier(rm_run, compa
     # Measured (2026-11-27): ORM held-out accuracy 0.66 on 50 solutions; 7 % of the problems
     # discordant (1 ORM-only, 6 vote-only), too few for any gain to reach 80 % power on 100
     # problems; a +0.05 gain at that discordance would need about 300.
-    gain = comparisons["orm_vs_maj"]
-    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+    assert_gain(comparisons["orm_vs_maj"])
 
 
 @pytest.mark.xfail(
@@ -483,5 +480,4 @@ def test_hgs_prm_beats_greedy_decoding_on_the_frontier(rm_run, comparisons):
     # Measured (2026-11-27): 2 policy calls per problem (the program, the answer), 0
     # backtracks; the compute-matched sample (1 per problem) is 0.833 too. No problem is
     # discordant, so the test has no power at all at this scale.
-    gain = comparisons["hgs_vs_greedy"]
-    assert gain["ci_low"] > 0 and gain["p_holm"] < 0.05, verdict(gain)
+    assert_gain(comparisons["hgs_vs_greedy"])

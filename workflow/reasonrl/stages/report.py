@@ -65,7 +65,7 @@ def report(
     if comparisons and comparisons["declared"]:
         picked = {method: read_json(path)["best"] for method, path in (best_paths or {}).items()}
         declared, alpha = comparisons["declared"], comparisons["alpha"]
-        search = _search_scores(declared, search_folders or {})
+        search = search_scores(declared, search_folders or {})
         rows = run_declared(declared, arm_paths or {}, picked, alpha, search)
         table += "\n" + _write_comparisons(rows, out, comparisons["alpha"])
         pictures.append("comparisons.png")
@@ -74,10 +74,11 @@ def report(
     write_text(out / "index.md", _index(table, pictures))
 
 
-def _search_scores(
+def search_scores(
     declared: list[dict], folders: dict[str, str]
 ) -> dict[tuple[str, str], dict[str, float]]:
-    """(task, arm) -> per-problem scores of every search arm a declared comparison names."""
+    """(task, arm) -> per-problem scores of every search arm a declared comparison names;
+    `folders` maps "task/stage" (best-of-n, hgs) to the stage's output folder."""
     scores = {}
     for comparison in declared:
         task = comparison["task"]
