@@ -409,30 +409,10 @@ def test_label_positions_come_from_the_template_spans(tiny_policy):
 # --- Bradley-Terry ------------------------------------------------------------------------
 
 
-def test_edit_distance_and_farthest_pair():
-    assert edit_distance(list("kitten"), list("sitting")) == 3
-    assert edit_distance([], ["a", "b"]) == 2
-
-    def row(sample, text, correct):
-        messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": text}]
-        return {
-            "problem_id": "p",
-            "task": "t",
-            "sample": sample,
-            "messages": messages,
-            "correct": correct,
-        }
-
-    rows = [row(0, "a b c", True), row(1, "a b d", False), row(2, "x y z w v", False)]
-    assert [r["sample"] for r in farthest_pair(rows)] == [0, 2]
-    pairs, ties = preference_pairs(rows)
-    assert ties == 0 and pairs[0]["chosen"] == rows[0]["messages"]
-    pairs, ties = preference_pairs([row(0, "a", True), row(1, "b c d", True)])
-    assert pairs == [] and ties == 1  # both correct: no preference
-
-
-def bt_row(problem: str, sample: int, correct: bool) -> dict:
-    messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": f"s{sample}"}]
+def bt_row(problem: str, sample: int, correct: bool, text: str = "") -> dict:
+    """A sampled trajectory of `problem` (its answer `text`, by default s<sample>)."""
+    answer = text or f"s{sample}"
+    messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": answer}]
     return {
         "problem_id": problem,
         "task": "t",
@@ -440,6 +420,21 @@ def bt_row(problem: str, sample: int, correct: bool) -> dict:
         "messages": messages,
         "correct": correct,
     }
+
+
+def test_edit_distance_and_farthest_pair():
+    assert edit_distance(list("kitten"), list("sitting")) == 3
+    assert edit_distance([], ["a", "b"]) == 2
+
+    def row(sample: int, text: str, correct: bool) -> dict:
+        return bt_row("p", sample, correct, text)
+
+    rows = [row(0, "a b c", True), row(1, "a b d", False), row(2, "x y z w v", False)]
+    assert [r["sample"] for r in farthest_pair(rows)] == [0, 2]
+    pairs, ties = preference_pairs(rows)
+    assert ties == 0 and pairs[0]["chosen"] == rows[0]["messages"]
+    pairs, ties = preference_pairs([row(0, "a", True), row(1, "b c d", True)])
+    assert pairs == [] and ties == 1  # both correct: no preference
 
 
 def test_random_and_all_pairs_use_every_prompt_with_a_right_and_a_wrong_sample():
