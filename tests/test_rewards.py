@@ -426,14 +426,15 @@ def test_edit_distance_and_farthest_pair():
     assert edit_distance(list("kitten"), list("sitting")) == 3
     assert edit_distance([], ["a", "b"]) == 2
 
-    def row(sample: int, text: str, correct: bool) -> dict:
-        return bt_row("p", sample, correct, text)
-
-    rows = [row(0, "a b c", True), row(1, "a b d", False), row(2, "x y z w v", False)]
+    rows = [
+        bt_row("p", 0, True, "a b c"),
+        bt_row("p", 1, False, "a b d"),
+        bt_row("p", 2, False, "x y z w v"),
+    ]
     assert [r["sample"] for r in farthest_pair(rows)] == [0, 2]
     pairs, ties = preference_pairs(rows)
     assert ties == 0 and pairs[0]["chosen"] == rows[0]["messages"]
-    pairs, ties = preference_pairs([row(0, "a", True), row(1, "b c d", True)])
+    pairs, ties = preference_pairs([bt_row("p", 0, True, "a"), bt_row("p", 1, True, "b c d")])
     assert pairs == [] and ties == 1  # both correct: no preference
 
 

@@ -436,10 +436,11 @@ def test_missing_field_and_wrong_suffix_are_named(tmp_path):
 # started with it, as `reasonrl` is: set in this session, after another test imported
 # `datasets`, it would be ignored and the client would retry the network (about 23 s).
 OFFLINE_LOAD = """
+import sys
 from reasonrl.errors import ReasonRLError
 from reasonrl.tasks import build_problems
 try:
-    build_problems("bench", {"kind": KIND}, 0)
+    build_problems("bench", {"kind": sys.argv[1]}, 0)
 except ReasonRLError as err:
     print(err)
 """
@@ -448,9 +449,9 @@ except ReasonRLError as err:
 @pytest.mark.parametrize("kind", ["gsm8k", "math", "mbpp"])
 def test_offline_hub_load_fails_fast_with_one_line(kind, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}  # an empty cache
-    code = OFFLINE_LOAD.replace("KIND", repr(kind))
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    command = [sys.executable, "-c", OFFLINE_LOAD, kind]
+    out = subprocess.run(command, env=env, capture_output=True, text=True)
     elapsed = time.monotonic() - start
     message = out.stdout.strip()
     assert out.returncode == 0 and "Retrying" not in out.stderr, out.stderr[-2000:]
