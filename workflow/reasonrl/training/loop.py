@@ -141,6 +141,19 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
+def fp32_master_weights(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, torch.dtype]]:
+    """Hold the trained parameters of a bf16/fp16 model in fp32 and return them with their
+    dtype: mixed precision (Micikevicius et al. 2018) without DeepSpeed, which keeps its own
+    fp32 master copy. Autocast still computes in bf16, but AdamW updates and accumulates in
+    fp32: a bf16 weight near 0.02 moves only in steps of 1.2e-4, so the updates of a 7B
+    recipe's lr (4e-7) would round away."""
+    low = (torch.bfloat16, torch.float16)
+    held = [(p, p.dtype) for p in model.parameters() if p.requires_grad and p.dtype in low]
+    for param, _ in held:
+        param.data = param.data.float()
+    return held
+
+
 def make_optimizer(params, settings: LoopSettings) -> torch.optim.Optimizer:
     """AdamW over `params` (tensors or groups with their own lr): torch's, or bitsandbytes'
     8-bit AdamW (Dettmers et al. 2022: momentum and variance quantized block-wise, 2 bytes per
@@ -197,6 +210,9 @@ class TrainingLoop:
         torch.manual_seed(settings.seed)
         if settings.gradient_checkpointing:
             enable_gradient_checkpointing(model)
+        self.master_weights = (
+            fp32_master_weights(model) if settings.precision == "bf16" and plugin is None else []
+        )
         # A model with parts that learn at their own rates (PPO's policy and critic) names them.
         groups = model.optimizer_groups() if hasattr(model, "optimizer_groups") else None
         optimizer = make_optimizer(groups or model.parameters(), settings)
@@ -258,8 +274,11 @@ class TrainingLoop:
                 self.checkpoints.save(accelerator, self.step, self.history)
 
     def finish(self) -> dict:
-        """{"history", "resumed_from", "train_seconds", "model", "state_dict"}."""
+        """{"history", "resumed_from", "train_seconds", "model", "state_dict"}; the trained
+        weights are back in the dtype the model came in."""
         self.bar.close()
+        for param, dtype in self.master_weights:
+            param.data = param.data.to(dtype)
         self.tracker.close()
         self.accelerator.wait_for_everyone()
         return {
