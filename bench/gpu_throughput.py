@@ -8,17 +8,21 @@ Measures, on the GPU torch sees (or on the CPU with --device cpu):
   here (see --vllm-note);
 - SFT tokens/s and MFU of the training loop every trainer uses (training/loop.py's
   `TrainingLoop`, fed as stages/sft.py feeds it: `sft_samples` -> `MicroBatches` ->
-  `masked_lm_loss`), bf16 autocast with bf16 weights as the GPU recipes (config/gpu-*.yaml)
-  train, with and without gradient checkpointing, on packed blocks of --block-size tokens and
-  on the config's own batching (16 length-grouped padded chats);
+  `masked_lm_loss`), bf16 weights loaded as the GPU recipes (config/gpu-*.yaml) load them and
+  trained as the loop trains them (fp32 master weights, bf16 autocast), with and without
+  gradient checkpointing, on packed blocks of --block-size tokens and on the config's own
+  batching (16 length-grouped padded chats); beside each packed run's peak memory, what
+  reasonrl.memory_plan counts for it;
 - rollouts/s of the multi-turn tool loop (rollout.py `run_rollouts`, HF engine, bubblewrap
   sandbox) with config.yaml's tiny policy after config.yaml's SFT (--policy-steps steps of the
   same loop, fp32 weights), one greedy rollout per arith test problem.
 
 Models: the tiny policies of config/test.yaml and config/config.yaml (`build_tiny_policy`), a
 SmolLM2-135M-shaped Llama (the shipped GGUF's metadata: 30 layers, hidden 576, 9 heads, 3 kv
-heads, intermediate 1536, vocab 49152, tied embeddings) and a TinyLlama-1.1B-shaped Llama (the
-shape of Rho-1B, config/gpu-async-dpo-rho-1b.yaml's policy). The last two are randomly
+heads, intermediate 1536, vocab 49152, tied embeddings), a TinyLlama-1.1B-shaped Llama (the
+shape of Rho-1B, config/gpu-async-dpo-rho-1b.yaml's policy) and a Llama-3.2-3B-shaped one (about
+the largest whose full fine-tuning fits one 80 GB GPU: 16 bytes of model state per parameter
+with fp32 master weights, so a 7B recipe needs ZeRO over several). The last three are randomly
 initialised (throughput does not depend on the weights) and read the arith chats through
 config.yaml's tiny tokenizer (ids < 2048; the model's own vocab sets the compute); untrained,
 they generate until the token cap.
@@ -97,6 +101,22 @@ SHAPES = {
             "rope_theta": 10000.0,
             "rms_norm_eps": 1e-5,
             "tie_word_embeddings": False,
+        },
+    ),
+    "llama-3b": Shape(
+        "llama-3b",
+        8,
+        llama={
+            "vocab_size": 128256,
+            "hidden_size": 3072,
+            "intermediate_size": 8192,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 24,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+            "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": True,
         },
     ),
 }
@@ -265,12 +285,19 @@ class Bench:
                else f"{batch_size} length-grouped padded chats")
             + (", gradient checkpointing" if checkpointing else "")
         )  # fmt: skip
+        from reasonrl.training.packed_attention import use_packed_attention
+
         batches = self.micro_batches(tokenizer, batching, batch_size)
+        if batching == PACKED:  # as stages/sft.py trains packed rows: attention per sample
+            use_packed_attention(model)
         settings = self.loop_settings(self.args.warmup + self.args.steps, checkpointing)
         try:
             seconds, history = timed_training(model, batches, settings, self.args.warmup)
         except torch.OutOfMemoryError:
-            return label, "out of GPU memory"
+            if batching != PACKED:
+                return label, "out of GPU memory"
+            planned = self.planned_bytes(model, batch_size, checkpointing) / 2**30
+            return label, f"out of GPU memory (memory plan {planned:.1f} GiB)"
         tokens = sum(h["tokens"] for h in history)
         indices = range(self.args.warmup, self.args.warmup + self.args.steps)
         flops = training_flops(model, [batches(i) for i in indices])
@@ -280,8 +307,25 @@ class Bench:
             self.results[label] = mfu
             value += f", MFU {mfu:.1%}"
         if self.on_gpu:
-            value += f", peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+            peak = torch.cuda.max_memory_allocated()
+            value += f", peak memory {peak / 2**30:.1f} GiB"
+            if batching == PACKED:
+                planned = self.planned_bytes(model, batch_size, checkpointing)
+                value += f" (memory plan {planned / 2**30:.1f} GiB: measured {peak / planned:.2f}x)"
         return label, value
+
+    def planned_bytes(self, model, blocks: int, checkpointing: bool) -> float:
+        """What reasonrl.memory_plan counts for this step on one GPU: model states (fp32
+        master weights, gradients, AdamW moments) and peak activations, without the
+        per-GPU overhead allowance (the CUDA context is not in max_memory_allocated)."""
+        from reasonrl import memory_plan
+
+        arch = memory_plan.from_hf_config(model.config.to_dict(), "bench")
+        trained = memory_plan.Trained(
+            "bf16", blocks, self.args.block_size, checkpointing=checkpointing
+        )
+        states = memory_plan.model_state_bytes(arch, trained, 2, 0, 1)
+        return sum(states) + memory_plan.activation_bytes(arch, trained, 2)
 
     def micro_batches(self, tokenizer, batching: str, batch_size: int):
         from reasonrl.stages.sft import sft_samples

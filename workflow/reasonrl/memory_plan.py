@@ -136,7 +136,7 @@ def architecture(config: dict) -> Architecture:
         )
     local = Path(base).expanduser() / "config.json"
     if local.is_file():
-        return _from_hf_config(json.loads(local.read_text(encoding="utf-8")), str(local))
+        return from_hf_config(json.loads(local.read_text(encoding="utf-8")), str(local))
     if base in PUBLISHED:
         return replace(PUBLISHED[base], source=f"published config of {base}")
     raise ReasonRLError(
@@ -145,7 +145,7 @@ def architecture(config: dict) -> Architecture:
     )
 
 
-def _from_hf_config(cfg: dict, source: str) -> Architecture:
+def from_hf_config(cfg: dict, source: str) -> Architecture:
     heads = cfg["num_attention_heads"]
     return Architecture(
         hidden=cfg["hidden_size"],
