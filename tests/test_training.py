@@ -408,6 +408,18 @@ def test_gradient_checkpointing_uses_the_older_name_on_older_transformers():
     assert model.options == {"use_reentrant": False}
 
 
+@pytest.fixture
+def fresh_accelerate_state():
+    """accelerate keeps one process-wide state, fixed by its first Accelerator (fp32 in the
+    other tests); a run with another precision is a process of its own in the workflow."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
 def test_bf16_training_updates_fp32_master_weights_and_returns_bf16(tiny, tmp_path):
     model, _ = load_policy(tiny, "bfloat16")
     start = {name: p.detach().float().clone() for name, p in model.named_parameters()}

@@ -6,6 +6,9 @@ Model states follow the ZeRO paper's accounting (Rajbhandari et al. 2020, sectio
 precision AdamW holds 2 bytes of bf16 weights, 2 of gradients and 12 of fp32 master weights,
 momentum and variance per trained parameter (16 in all; fp32 training: 4 + 4 + 8); 8-bit
 AdamW keeps momentum and variance in 1 byte each, plus an fp32 scale per block of 256.
+Without DeepSpeed the training loop holds the trained parameters themselves in fp32 (4 bytes
+of weights, 4 of gradients, 8 of moments): the same 16, measured within 0.92x-1.06x of
+torch.cuda.max_memory_allocated on an H100 (BENCHMARKS.md, 2026-11-28).
 QLoRA's base (lora.quantize nf4) holds each decoder linear in 4-bit NormalFloat: half a byte
 per weight, a 1-byte scale per block of 64 and an fp32 scale per 256 of those (double
 quantization), plus the two code books; the rest of the model and the adapters are fp32 (as
