@@ -33,7 +33,7 @@ embedding lookup not) x real tokens + 12 x layers x attention width x causal (qu
 pairs inside each sample: the forward's 2 + 2 FLOPs per weight and per pair, the backward's
 twice that. Padding and gradient checkpointing's recomputation count as no work.
 
-    python bench/gpu_throughput.py                       # the GPU run (about 5 minutes on an H100)
+    python bench/gpu_throughput.py                       # the GPU run (about 8 minutes on an H100)
     python bench/gpu_throughput.py --device cpu --quick  # smoke check with tiny sizes
 """
 
