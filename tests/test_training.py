@@ -21,6 +21,7 @@ from reasonrl.training.loop import (
     CheckpointStore,
     LoopSettings,
     TrainingLoop,
+    make_scheduler,
     micro_batch_index,
     train,
 )
@@ -435,3 +436,19 @@ def test_bf16_training_updates_fp32_master_weights_and_returns_bf16(tiny, tmp_pa
     moved = sum(int((trained[n].detach() != start[n]).sum()) for n in weights)
     assert moved / sum(trained[n].numel() for n in weights) > 0.9
     assert {p.dtype for p in loop.finish()["model"].parameters()} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [("cosine", [0.0, 0.5, 1.0, 0.5, 0.0]), ("constant", [0.0, 0.5, 1.0, 1.0, 1.0])],
+)
+def test_lr_schedule_warms_up_then_decays_or_stays(schedule, expected):
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    settings = LoopSettings(max_steps=4, lr=1.0, warmup_ratio=0.5, lr_schedule=schedule)
+    scheduler = make_scheduler(optimizer, settings)
+    lrs = []
+    for _ in range(5):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx(expected, abs=1e-9)

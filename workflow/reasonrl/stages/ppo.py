@@ -70,6 +70,7 @@ def ppo(
         max_steps=section["iterations"] * per,
         lr=section["policy_lr"],
         max_grad_norm=section["max_grad_norm"],
+        lr_schedule=section["lr_schedule"],
         optimizer=section["optimizer"],
         gradient_checkpointing=section["gradient_checkpointing"],
         checkpoint_every=per * section["checkpoint_iterations"],

@@ -1,9 +1,10 @@
 """The one training loop every trainer reuses.
 
-accelerate for devices and precision, gradient accumulation, cosine schedule with warmup,
-resumable checkpoints with exact resume: micro-batch number i is a pure function of i (the
-batch source decides), and model, optimizer, scheduler and RNG states are restored, so a
-killed run continues with the same step count, data position and random state.
+accelerate for devices and precision, gradient accumulation, linear warm-up then a cosine or
+constant learning rate, resumable checkpoints with exact resume: micro-batch number i is a
+pure function of i (the batch source decides), and model, optimizer, scheduler and RNG states
+are restored, so a killed run continues with the same step count, data position and random
+state.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs, gather_object, parse_flag_from_env
 from tqdm import tqdm
-from transformers import get_cosine_schedule_with_warmup
+from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import follow_umask, replace_durably, write_csv, write_json, write_text
@@ -46,6 +47,7 @@ class LoopSettings:
     max_grad_norm: float = 1.0
     precision: str = "fp32"
     optimizer: str = "adamw"  # or adamw8bit: bitsandbytes' block-wise 8-bit AdamW states
+    lr_schedule: str = "cosine"  # or constant, after the linear warm-up
     gradient_checkpointing: bool = False
     checkpoint_every: int = 50
     log_every: int = 10
@@ -171,6 +173,14 @@ def make_optimizer(params, settings: LoopSettings) -> torch.optim.Optimizer:
     return bitsandbytes.optim.AdamW8bit(params, **options)
 
 
+def make_scheduler(optimizer: torch.optim.Optimizer, settings: LoopSettings):
+    """Linear warm-up over warmup_ratio of the steps, then cosine decay to 0 or constant."""
+    warmup = round(settings.warmup_ratio * settings.max_steps)
+    if settings.lr_schedule == "constant":
+        return get_constant_schedule_with_warmup(optimizer, warmup)
+    return get_cosine_schedule_with_warmup(optimizer, warmup, settings.max_steps)
+
+
 class TrainingLoop:
     """train() in parts, for methods that make their data between updates (PPO's
     iterations, online DPO's rounds): set up and resume, then `run` a finite batch source for
@@ -216,9 +226,7 @@ class TrainingLoop:
         # A model with parts that learn at their own rates (PPO's policy and critic) names them.
         groups = model.optimizer_groups() if hasattr(model, "optimizer_groups") else None
         optimizer = make_optimizer(groups or model.parameters(), settings)
-        scheduler = get_cosine_schedule_with_warmup(
-            optimizer, round(settings.warmup_ratio * settings.max_steps), settings.max_steps
-        )
+        scheduler = make_scheduler(optimizer, settings)
         # The schedule is stepped here once per optimizer step, unprepared: accelerate's
         # wrapper steps it once per process per step (the schedule of a run over N GPUs ended
         # after 1/N of its steps and the cosine rose again); checkpoints still hold it.
