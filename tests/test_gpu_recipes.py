@@ -113,3 +113,42 @@ def test_pfppo_recipe_runs_ppo_with_the_papers_learning_rates(snakemake):
         section = json.loads(argv[argv.index("--config-json") + 1])["ppo"]
         assert (section["policy_lr"], section["critic_lr"]) == (5e-7, 9e-6)
         assert section["responses_per_prompt"] == 5
+
+
+def _commands(result, verb: str) -> list[list[str]]:
+    prefix = f"Shell command: reasonrl {verb} "
+    return [
+        shlex.split(line.removeprefix("Shell command: "))
+        for line in result.stdout.splitlines()
+        if line.startswith(prefix)
+    ]
+
+
+def _config_json(argv: list[str]) -> dict:
+    return json.loads(argv[argv.index("--config-json") + 1])
+
+
+@pytest.mark.parametrize(
+    ("name", "epochs"), [("gpu-mdpo-gemma-7b.yaml", 3), ("gpu-mdpo-mistral-7b.yaml", 2)]
+)
+def test_mdpo_recipe_sfts_on_openmath_tool_solutions_for_the_papers_epochs(snakemake, name, epochs):
+    # GSM8K and MATH give chain-of-thought gold only: tool SFT on them had nothing to learn
+    result = snakemake("-n", "-p", "--configfile", f"config/{name}")
+    (sft,) = _commands(result, "sft")
+    section = _config_json(sft)["sft"]
+    assert sft[sft.index("--style") + 1] == "tool"
+    assert section["tasks"] == ["openmath"] and section["epochs"] == epochs
+    assert sft[sft.index("--train") + 1] == "results/data/openmath/train.jsonl"
+
+
+def test_async_recipe_samples_at_0_7_with_a_constant_learning_rate(snakemake):
+    result = snakemake("-n", "-p", "--configfile", "config/gpu-async-dpo-rho-1b.yaml")
+    commands = _commands(result, "online-dpo")
+    assert commands
+    for argv in commands:
+        section = _config_json(argv)["online_dpo"]
+        assert (section["temperature"], section["lr_schedule"], section["lr"]) == (
+            0.7,
+            "constant",
+            3e-6,
+        )

@@ -175,3 +175,14 @@ def test_unknown_config_key_is_named(tmp_path):
     assert result.returncode == 2
     assert "unknown config key 'sft.learning_rate'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_sft_epochs_set_the_steps_from_the_data(workdir, tmp_path):
+    config = {**CONFIG, "sft": {**CONFIG["sft"], "epochs": 0.5, "checkpoint_every": 1000}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    for name in ("base", "data"):
+        (tmp_path / name).symlink_to(workdir / name)
+    reasonrl(*sft_args(tmp_path, "sft-epochs"))
+    metrics = read_json(tmp_path / "sft-epochs/metrics.json")
+    # half a pass over the samples (length-grouped, unpacked), 4 per step, one process
+    assert metrics["steps"] == round(0.5 * metrics["num_micro_batch_items"] / 4) != 150

@@ -9,7 +9,7 @@ from reasonrl.stages._train import TrainingRun
 from reasonrl.tasks import prompt_messages, solution_messages
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss
-from reasonrl.training.loop import LoopSettings
+from reasonrl.training.loop import LoopSettings, steps_for_epochs
 from reasonrl.training.lora import LoraSettings
 from reasonrl.training.packed_attention import use_packed_attention
 
@@ -48,7 +48,9 @@ def sft(config: dict, style: str, model_path: str, train_files: list[str], out_d
     )
     if section["packing"]:
         use_packed_attention(model)
-    result = run.fit(model, batches, masked_lm_loss, LoopSettings.from_config(section, seed))
+    steps = sft_steps(section, len(batches.items))
+    settings = LoopSettings.from_config({**section, "max_steps": steps}, seed)
+    result = run.fit(model, batches, masked_lm_loss, settings)
     extra = {
         "tokens_per_second": _tokens_per_second(result["history"]),
         "num_samples": len(samples),
@@ -59,6 +61,14 @@ def sft(config: dict, style: str, model_path: str, train_files: list[str], out_d
     metrics = run.metrics(result, {"style": style}, extra)
     run.save(result["model"], tokenizer, metrics, state_dict=result["state_dict"])
     return metrics
+
+
+def sft_steps(section: dict, items: int) -> int:
+    """max_steps, or the steps of `epochs` passes over `items` micro-batch items (packed
+    blocks or samples) when the section sets epochs."""
+    if section["epochs"] is None:
+        return section["max_steps"]
+    return steps_for_epochs(section["epochs"], items, section["batch_size"], section["grad_accum"])
 
 
 def _tokens_per_second(history: list[dict]) -> float:
