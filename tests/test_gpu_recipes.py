@@ -152,3 +152,17 @@ def test_async_recipe_samples_at_0_7_with_a_constant_learning_rate(snakemake):
             "constant",
             3e-6,
         )
+
+
+def test_pfppo_recipe_sfts_for_five_epochs(snakemake):
+    result = snakemake("-n", "-p", "--configfile", "config/gpu-pfppo-deepseek-coder-6.7b.yaml")
+    (sft,) = _commands(result, "sft")
+    assert _config_json(sft)["sft"]["epochs"] == 5
+
+
+def test_prm_recipe_ranks_best_of_n_on_the_whole_test_set(snakemake):
+    result = snakemake("-n", "-p", "--configfile", "config/gpu-prm-math-shepherd-mistral-7b.yaml")
+    commands = _commands(result, "best-of-n")
+    assert commands
+    for argv in commands:
+        assert _config_json(argv)["reward_models"]["best_of_n"]["max_problems"] == 0
