@@ -72,6 +72,7 @@ def test_mdpo_recipe_runs_three_rounds_with_the_papers_values(snakemake, name):
         assert section["train"]["lr"] == MDPO_RECIPES[name]
         assert section["train"]["batch_size"] * section["train"]["grad_accum"] == 32
         assert (section["sampling"]["latest"], section["sampling"]["previous"]) == (20, 10)
+        assert section["prompts"]["selection_size"] == 1000
         assert section["variants"] == [
             {**section["variants"][0], "loss": "mdpo", "eta": 0.1, "rounds": 3}
         ]
