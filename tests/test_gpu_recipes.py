@@ -73,6 +73,7 @@ def test_mdpo_recipe_runs_three_rounds_with_the_papers_values(snakemake, name):
         assert section["train"]["batch_size"] * section["train"]["grad_accum"] == 32
         assert (section["sampling"]["latest"], section["sampling"]["previous"]) == (20, 10)
         assert section["prompts"]["selection_size"] == 1000
+        assert section["train"]["warmup_steps"] == 40
         assert section["variants"] == [
             {**section["variants"][0], "loss": "mdpo", "eta": 0.1, "rounds": 3}
         ]
@@ -139,6 +140,7 @@ def test_mdpo_recipe_sfts_on_openmath_tool_solutions_for_the_papers_epochs(snake
     section = _config_json(sft)["sft"]
     assert sft[sft.index("--style") + 1] == "tool"
     assert section["tasks"] == ["openmath"] and section["epochs"] == epochs
+    assert section["warmup_steps"] == 100
     assert sft[sft.index("--train") + 1] == "results/data/openmath/train.jsonl"
 
 

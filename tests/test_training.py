@@ -452,3 +452,15 @@ def test_lr_schedule_warms_up_then_decays_or_stays(schedule, expected):
         optimizer.step()
         scheduler.step()
     assert lrs == pytest.approx(expected, abs=1e-9)
+
+
+def test_warmup_steps_override_the_ratio():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    settings = LoopSettings(max_steps=10, lr=1.0, warmup_ratio=0.5, warmup_steps=2)
+    scheduler = make_scheduler(optimizer, settings)
+    lrs = []
+    for _ in range(3):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[:3] == pytest.approx([0.0, 0.5, 1.0])

@@ -44,6 +44,7 @@ class LoopSettings:
     grad_accum: int = 1
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
+    warmup_steps: int | None = None  # a count, where a paper gives one: overrides the ratio
     max_grad_norm: float = 1.0
     precision: str = "fp32"
     optimizer: str = "adamw"  # or adamw8bit: bitsandbytes' block-wise 8-bit AdamW states
@@ -174,8 +175,11 @@ def make_optimizer(params, settings: LoopSettings) -> torch.optim.Optimizer:
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, settings: LoopSettings):
-    """Linear warm-up over warmup_ratio of the steps, then cosine decay to 0 or constant."""
-    warmup = round(settings.warmup_ratio * settings.max_steps)
+    """Linear warm-up over warmup_steps (or warmup_ratio of the steps), then cosine decay to 0
+    or constant."""
+    warmup = settings.warmup_steps
+    if warmup is None:
+        warmup = round(settings.warmup_ratio * settings.max_steps)
     if settings.lr_schedule == "constant":
         return get_constant_schedule_with_warmup(optimizer, warmup)
     return get_cosine_schedule_with_warmup(optimizer, warmup, settings.max_steps)
