@@ -57,8 +57,9 @@ _START_TIMEOUT_S = 60.0
 _EXIT_GRACE_S = 5.0
 
 # The program's side of a sandbox, for the fresh sandbox's bootstrap and the zygote's forked
-# child alike (given os, resource, sys and the numbers cpu, mem, nproc, fsize, uid, ready, site
-# and path): the rlimits (a negative value leaves one alone), the uid drop (root is exempt from
+# child alike (given os, resource, sys and the numbers cpu, mem, nproc, fsize, uid, ready, site,
+# keep (a session's channel to the caller, the one descriptor the program keeps; else 2) and
+# path): the rlimits (a negative value leaves one alone), the uid drop (root is exempt from
 # RLIMIT_NPROC), the ready byte, no descriptor of ours left open, stdout and stderr unbuffered
 # as under `python -u`, site-packages only when asked for, and the program's source read.
 CONFINE_SOURCE = """\
@@ -73,7 +74,8 @@ if uid >= 0:
     os.setgid(uid)
     os.setuid(uid)
 os.write(ready, b"1")
-os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no descriptor of ours
+os.closerange(3, keep)  # the program inherits no descriptor of ours but `keep` (see above)
+os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
 import io
 def unbuffered(fd, errors):
     raw = io.FileIO(fd, "w", closefd=False)
@@ -102,7 +104,8 @@ ORPHAN_REAP_S = 0.05
 def receive():
     fds = array.array("i")
     message = b"kill"
-    while message == b"kill":  # a kill that crossed the last exit message: nothing to kill
+    # a kill or arm that crossed the last exit message: nothing to kill or arm
+    while message == b"kill" or message.startswith(b"arm "):
         message, extra, _, _ = CTRL.recvmsg(4096, socket.CMSG_SPACE(8 * fds.itemsize))
     if not message:
         os._exit(0)  # the caller closed the zygote
@@ -164,16 +167,44 @@ def kill_uid(uid):
             break
     if status != 0:
         os._exit(3)  # cannot promise that nothing of the program survives: stop here
-def supervise(child, uid):
+def cpu_ticks(pid):
+    # the process's CPU time so far, all its threads (/proc's utime and stime)
+    with open(f"/proc/{pid}/stat") as stat:
+        return sum(int(n) for n in stat.read().rpartition(")")[2].split()[11:13])
+def check_cpu(child, cpu_end):
+    # A session's cell may use its process's CPU time up to cpu_end (ticks): past it SIGXCPU,
+    # as at RLIMIT_CPU's soft limit (the program may catch it), a second later SIGKILL, as at
+    # the hard limit. (RLIMIT_CPU itself counts the whole session, and the zygote may lack
+    # CAP_SYS_RESOURCE to raise a process's hard limit before each cell.)
+    try:
+        used = cpu_ticks(child)
+        if used >= cpu_end:
+            hard = used >= cpu_end + os.sysconf("SC_CLK_TCK")
+            os.kill(child, signal.SIGKILL if hard else signal.SIGXCPU)
+    except OSError:
+        pass  # it has ended: reaped next
+def supervise(child, uid, cell_cpu):
     # Until the program's main process ends, or the caller asks for a kill (or is gone);
     # then that process first (reaped, so that its zombie does not count), then the rest.
-    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S.
+    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S, and so is a session's CPU
+    # time checked: cell_cpu seconds for its first cell, and "arm N" (before each next cell)
+    # gives it N seconds from then on, answered "armed".
     pidfd = os.pidfd_open(child)
     status = None
     caller_gone = False
+    cpu_end = cell_cpu * os.sysconf("SC_CLK_TCK") if cell_cpu else None
     while status is None:
         if CTRL in select.select([pidfd, CTRL], [], [], ORPHAN_REAP_S)[0]:
-            caller_gone = CTRL.recv(64) != b"kill"
+            message = CTRL.recv(64)
+            if message.startswith(b"arm "):
+                try:
+                    seconds = int(message.split()[1])
+                    cpu_end = cpu_ticks(child) + seconds * os.sysconf("SC_CLK_TCK")
+                    CTRL.send(b"armed")
+                except OSError:
+                    pass  # the program has ended: its exit is what the caller hears next
+                continue
+            caller_gone = message != b"kill"
             try:
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
@@ -181,6 +212,8 @@ def supervise(child, uid):
             status = os.waitpid(child, 0)[1]
         else:
             status = reap(child)
+            if status is None and cpu_end is not None:
+                check_cpu(child, cpu_end)
     os.close(pidfd)
     kill_uid(uid)
     if caller_gone:
@@ -216,12 +249,13 @@ def serve():
             return numbers, fds
         for fd in fds:
             os.close(fd)
-        CTRL.send(b"exit %d" % supervise(child, numbers[4]))
+        CTRL.send(b"exit %d" % supervise(child, numbers[4], numbers[7]))
         empty("/tmp")
         empty("/dev/shm")
         remove_sysv_ipc()
-def make_runner(sys, os, signal):
-    # its own closure: the program's __main__ holds none of our names
+def make_runner(sys, os, signal, channel, path):
+    # its own closure: the program's __main__ holds none of our names. channel: a session's
+    # socket to the caller (None for a single program).
     def exit_status(code):
         if code is None:
             return 0
@@ -262,7 +296,45 @@ def make_runner(sys, os, signal):
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(status & 0xFF)
-    return run_program
+    def run_cell(source, namespace):
+        # One cell of a session, in the namespace the earlier cells left: its exception or
+        # exit status, its non-daemon threads joined, stdout and stderr flushed; the process
+        # and its namespace stay (atexit handlers never run: the session ends with a kill).
+        status = 0
+        try:
+            if b"\\0" in source:
+                raise SyntaxError("source code string cannot contain null bytes")
+            exec(compile(source, path, "exec"), namespace)
+        except SystemExit as exc:
+            status = exit_status(exc.code)
+        except BaseException as exc:
+            status = 1
+            exc.__traceback__ = exc.__traceback__.tb_next  # from the cell's frame on
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            try:
+                for thread in threading.enumerate():
+                    if not thread.daemon and thread is not threading.current_thread():
+                        thread.join()
+            except BaseException as exc:
+                sys.unraisablehook(exc)
+        for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
+            try:
+                stream.flush()
+            except BaseException:
+                status = failed_status
+        return status & 0xFF
+    def run_session(source, namespace):
+        # Each cell's exit status goes back on the channel; then the next cell is read from
+        # the script file (rewritten by the caller) when the caller says so, until it closes.
+        while True:
+            channel.send(b"%d" % run_cell(source, namespace))
+            if not channel.recv(16):
+                os._exit(0)
+            with open(path, "rb") as script:
+                source = script.read()
+    return run_program if channel is None else run_session
 # Modules the code checker (reasonrl.code_eval) and most programs import, loaded once here
 # rather than in every program (forked children share them; none of their state is shared
 # back: each program changes only its own copy).
@@ -272,10 +344,11 @@ compile("pass", "<warm-up>", "exec")  # the compiler's first use sets up its sta
 import gc
 gc.freeze()  # the collector never walks (so never copies) the pages the children share
 numbers, fds = serve()
-cpu, mem, nproc, fsize, uid, site, cgroup = numbers
+cpu, mem, nproc, fsize, uid, site, cgroup, session = numbers  # session: a cell's CPU seconds
 stdin, stdout, stderr, ready = fds[:4]
 if cgroup:
     os.write(fds[4], b"0")
+keep = fds[-1] if session else 2  # a session's channel to the caller, its last descriptor
 os.chdir("/tmp")
 for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
     os.dup2(fd, target)
@@ -283,8 +356,9 @@ path = "/tmp/main.py"
 """
     + CONFINE_SOURCE
     + """\
-code = compile(source, path, "exec")
-run = make_runner(sys, os, signal)
+# A session compiles each cell itself: a cell's SyntaxError ends that cell, not the session.
+code = source if session else compile(source, path, "exec")
+run = make_runner(sys, os, signal, socket.socket(fileno=keep) if session else None, path)
 sys.argv = [path]
 __file__ = path
 # The program runs in __main__'s namespace, as under `python path`, without our names.
@@ -370,12 +444,16 @@ class Zygote:
         """False once the zygote has gone (its end of the socket reads EOF) or broke."""
         return not self.broken and not _wait_readable(self.ctrl.fileno(), 0)
 
-    def start_program(self, code: bytes, numbers: list[int], fds: list[int]) -> None:
-        """Ask for a program run: its code, numbers (limits, uid, flags) and descriptors."""
+    def write_script(self, code: bytes) -> None:
+        """The code the program (or a session's next cell) reads from /tmp/main.py."""
         # Rewritten in place: the sandbox's /tmp/main.py is a bind of this very file.
         script = os.open(self._script, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         with open(script, "wb") as script_file:
             script_file.write(code)
+
+    def start_program(self, code: bytes, numbers: list[int], fds: list[int]) -> None:
+        """Ask for a program run: its code, numbers (limits, uid, flags) and descriptors."""
+        self.write_script(code)
         header = " ".join(str(n) for n in numbers).encode()
         message = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
         try:
@@ -383,6 +461,25 @@ class Zygote:
         except OSError as exc:
             self.broken = True
             raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
+
+    def arm_cpu(self, seconds: int) -> int | None:
+        """Before a session's next cell: its process may use `seconds` of CPU time from now
+        (the zygote watches it). None once armed; the wait status if it has ended meanwhile."""
+        try:
+            self.ctrl.send(b"arm %d" % seconds)
+        except OSError as exc:
+            self.broken = True
+            raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
+        if _wait_readable(self.ctrl.fileno(), _EXIT_GRACE_S):
+            with contextlib.suppress(OSError):
+                message = self.ctrl.recv(64)
+                if message == b"armed":
+                    return None
+                if message.startswith(b"exit "):
+                    return int(message.split()[1])
+        self.broken = True
+        self._kill_sandbox()
+        raise ZygoteBroken("the sandbox zygote did not answer a CPU limit request")
 
     def kill_program(self) -> None:
         """Ask the zygote to kill the program in progress and everything of its uid."""

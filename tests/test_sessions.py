@@ -1,0 +1,154 @@
+"""Interpreter sessions: a trajectory's cells share one process and namespace, run once each.
+
+Re-running the earlier cells before each new one (the tool loop's old way) gives the same
+namespace for deterministic cells; what tells the two apart is what a process cannot repeat
+(its pid, fresh random numbers, the clock) and output written past sys.stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from isolation import caller_of, sandbox_processes
+
+from reasonrl.sandbox import Sandbox, SandboxLimits, bwrap_available
+
+pytestmark = [
+    pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed"),
+    pytest.mark.timeout(120),
+]
+
+FAST = SandboxLimits(cpu_seconds=1, wall_seconds=3, memory_mb=256, max_output_chars=1024)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    return Sandbox(FAST)
+
+
+def ours() -> list[int]:
+    """Every process of a sandbox this process ran (zygotes and bwrap included)."""
+    pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    return [pid for pid in pids if pid != os.getpid() and caller_of(pid) == os.getpid()]
+
+
+def run_cells(sandbox: Sandbox, cells: list[str], history: list[str] | None = None):
+    with sandbox.warm():
+        session = sandbox.session(history or [])
+        try:
+            return [session.run(cell) for cell in cells]
+        finally:
+            session.close()
+
+
+def test_cells_share_one_process_and_run_once(sandbox):
+    results = run_cells(
+        sandbox,
+        [
+            "n = 1",
+            "n += 1\nprint(n)",
+            "print(n)",
+            "import os, random\nr = random.random()\nprint(os.getpid(), r)",
+            "print(os.getpid(), r)",  # re-running the cell before would give another pid and r
+        ],
+    )
+    assert [r.status for r in results] == ["ok"] * 5
+    assert [r.stdout for r in results[:3]] == ["", "2\n", "2\n"]
+    assert results[3].stdout == results[4].stdout
+
+
+def test_a_cell_that_raised_leaves_its_state_and_its_output_is_its_own(sandbox):
+    results = run_cells(
+        sandbox,
+        [
+            "x = 1\nprint('first')\nraise ValueError('half-way')\nx = 99",
+            "import os\nos.write(1, b'past sys.stdout\\n')\nprint(x)",
+            "y = x + 1\n1 / 0",
+            "print(x, y)",
+        ],
+    )
+    assert [r.status for r in results] == ["error", "ok", "error", "ok"]
+    assert results[0].stdout == "first\n" and "ValueError: half-way" in results[0].output
+    assert results[1].stdout == "past sys.stdout\n1\n"
+    assert "ZeroDivisionError" in results[2].output and 'main.py", line 2' in results[2].output
+    assert results[3].stdout == "1 2\n"  # nothing of the earlier cells' output again
+
+
+def test_history_is_replayed_once_silently_even_past_sys_stdout(sandbox):
+    history = ["import os\nos.write(1, b'history ran\\n')\nseen = 1", "seen += 1\nprint('no')"]
+    results = run_cells(sandbox, ["print(seen)", "print(seen)"], history)
+    assert [r.stdout for r in results] == ["2\n", "2\n"]
+
+
+def test_each_cell_has_its_own_cpu_time_and_a_timeout_ends_only_its_session(sandbox):
+    spin = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass"
+    with sandbox.warm():
+        spinning, other = sandbox.session(), sandbox.session()
+        try:
+            # 0.6 s of CPU each: over the 1 s limit together, not one by one
+            first = [spinning.run(spin.format(0.6)) for _ in range(3)]
+            other.run("b = 'kept'")
+            looping = spinning.run("while True: pass")
+            after = other.run("print(b)")
+        finally:
+            spinning.close()
+            other.close()
+    assert [r.status for r in first] == ["ok"] * 3
+    assert looping.status == "timeout" and looping.duration < FAST.wall_seconds
+    assert after.status == "ok" and after.stdout == "kept\n"
+    assert sandbox_processes() == []
+
+
+def test_a_session_whose_process_ended_between_cells_replays_them_in_a_new_one(sandbox):
+    ends_soon = (
+        "import os, threading, time\nstarted = time.monotonic()\nx = 41\n"
+        "ender = threading.Timer(0.5, os._exit, (0,))\nender.daemon = True\nender.start()"
+    )
+    with sandbox.warm():
+        session = sandbox.session()
+        try:
+            assert session.run(ends_soon).status == "ok"
+            time.sleep(1.0)  # the timer ends the process meanwhile
+            again = session.run("x += 1\nprint(x, time.monotonic() - started < 0.5)")
+        finally:
+            session.close()
+    assert again.status == "ok" and again.stdout == "42 True\n"  # a new process, a new start
+
+
+def test_sessions_do_not_see_each_other(sandbox):
+    with sandbox.warm():
+        a, b = sandbox.session(), sandbox.session()
+        try:
+            a.run("secret = 1\nopen('/tmp/a-file', 'w').write('x')")
+            seen = b.run("import os\nprint('secret' in globals(), sorted(os.listdir('/tmp')))")
+        finally:
+            a.close()
+            b.close()
+    assert seen.stdout == "False ['main.py']\n"
+
+
+def test_close_leaves_no_process_even_with_a_daemon(sandbox):
+    daemon = (
+        "import os, time\n"
+        "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\n"
+        "print('started')"
+    )
+    with sandbox.warm():
+        session = sandbox.session()
+        assert session.run(daemon).stdout == "started\n"
+        if sandbox.drops_root:  # (sandbox uids are ours to count only as root)
+            assert sandbox_processes() != []  # the session and its daemon live between cells
+        session.close()
+        assert sandbox_processes() == []
+    assert ours() == []
+
+
+def test_sessions_without_zygotes_replay_the_history_for_each_cell():
+    plain = Sandbox(FAST, zygote=False)
+    session = plain.session()
+    results = [session.run(cell) for cell in ("n = 1", "n += 1\nprint(n)", "print(n)")]
+    session.close()
+    assert [r.stdout for r in results] == ["", "2\n", "2\n"]
