@@ -3,12 +3,14 @@
 import contextlib
 
 import pytest
+from isolation import sandbox_processes
+from test_sessions import ours
 
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import load_schema
 from reasonrl.models import train_tokenizer
-from reasonrl.rollout import RolloutLimits, program_with_history, run_rollouts
-from reasonrl.sandbox import Sandbox
+from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.sandbox import Sandbox, SandboxLimits, program_with_history
 
 PROBLEM = {
     "id": "p0",
@@ -132,6 +134,88 @@ def test_rows_follow_the_schema_and_all_samples_advance_together(sandbox):
     assert len(engine.budgets) == 2  # one generate call per turn for all live samples
     for row in rows:
         jsonschema.validate(row, load_schema("trajectory"))
+
+
+def _outputs(row: dict) -> list[str]:
+    """The interpreter's turns (after the prompt), without their ```output fence."""
+    users = [m["content"] for m in row["messages"] if m["role"] == "user"][1:]
+    return [text.removeprefix("```output\n").removesuffix("\n```") for text in users]
+
+
+def test_a_notebook_three_cells_long(sandbox):
+    engine = ScriptedEngine(
+        ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```python\nprint(n)\n```"]
+    )
+    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=3))
+    assert _outputs(row) == ["", "2", "2"] and row["tool_status"] == ["ok"] * 3
+
+
+def test_later_cells_run_once_and_show_only_their_own_output(sandbox):
+    # Re-running the history before each cell would show cell 1's os.write again (it goes
+    # past sys.stdout) and draw another random number for cell 3.
+    engine = ScriptedEngine(
+        [
+            "```python\nn = 1\nimport os\nos.write(1, b'cell one\\n')\n```",
+            "```python\nn += 1\nimport random\nr = random.random()\nprint(n, r)\n```",
+            "```python\nprint(n, r)\n```",
+            "\\boxed{2}",
+        ]
+    )
+    (row,) = _roll(engine, sandbox)
+    outputs = _outputs(row)
+    assert outputs[0] == "cell one" and outputs[1].startswith("2 0.")
+    assert outputs[2] == outputs[1]
+    assert row["tool_status"] == ["ok"] * 3
+
+
+def test_a_first_cell_that_raised_leaves_its_state(sandbox):
+    engine = ScriptedEngine(
+        ["```python\nx = 1\nraise ValueError\nx = 2\n```", "```python\nprint(x)\n```"]
+    )
+    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=2))
+    assert row["tool_status"] == ["error", "ok"] and _outputs(row)[1] == "1"
+
+
+def test_a_timeout_in_a_later_cell_is_reported_and_leaves_no_process():
+    fast = Sandbox(SandboxLimits(cpu_seconds=1, wall_seconds=3))
+    engine = ScriptedEngine(
+        ["```python\nx = 1\n```", "```python\nwhile True:\n    pass\n```", "\\boxed{1}"]
+    )
+    (row,) = _roll(engine, fast)
+    assert row["tool_status"] == ["ok", "timeout"]
+    assert "[timeout:" in _outputs(row)[1]
+    assert sandbox_processes() == [] and ours() == []
+
+
+def test_trajectories_have_sessions_of_their_own(sandbox):
+    engine = ScriptedEngine(
+        ["```python\npass\n```", "```python\nprint('v' in globals())\nv = 1\n```"]
+    )
+    rows = _roll(engine, sandbox, RolloutLimits(max_turns=2), n=3)
+    assert [_outputs(row) for row in rows] == [["", "False"]] * 3
+
+
+class FailingEngine(ScriptedEngine):
+    """Raises at its `fail_at`-th generate call, as an interrupted rollout would."""
+
+    def __init__(self, script: list[str], fail_at: int):
+        super().__init__(script)
+        self.fail_at = fail_at
+
+    def generate(self, prompts, params: SamplingParams):
+        if len(self.budgets) + 1 == self.fail_at:
+            raise RuntimeError("interrupted")
+        return super().generate(prompts, params)
+
+
+def test_sessions_are_closed_when_the_rollout_ends_or_fails(sandbox):
+    daemon = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)"
+    script = ["```python\nx = 1\n```", f"```python\n{daemon}\n```", "```python\nprint(x)\n```"]
+    _roll(ScriptedEngine(script), sandbox, RolloutLimits(max_turns=3), n=2)
+    assert sandbox_processes() == [] and ours() == []
+    with pytest.raises(RuntimeError, match="interrupted"):
+        _roll(FailingEngine(script, fail_at=3), sandbox, RolloutLimits(max_turns=3), n=2)
+    assert sandbox_processes() == [] and ours() == []
 
 
 def test_program_with_history_swallows_old_errors():
