@@ -6,6 +6,7 @@ import pytest
 from isolation import sandbox_processes
 from test_sessions import ours
 
+from reasonrl import rollout
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import load_schema
 from reasonrl.models import train_tokenizer
@@ -193,6 +194,16 @@ def test_trajectories_have_sessions_of_their_own(sandbox):
     )
     rows = _roll(engine, sandbox, RolloutLimits(max_turns=2), n=3)
     assert [_outputs(row) for row in rows] == [["", "False"]] * 3
+
+
+def test_past_max_sessions_later_cells_rerun_their_history(sandbox, monkeypatch):
+    monkeypatch.setattr(rollout, "MAX_SESSIONS", 1)
+    engine = ScriptedEngine(
+        ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```python\nprint(n)\n```"]
+    )
+    rows = _roll(engine, sandbox, RolloutLimits(max_turns=3), n=2)
+    assert [_outputs(row) for row in rows] == [["", "2", "2"]] * 2
+    assert sandbox_processes() == [] and ours() == []
 
 
 class FailingEngine(ScriptedEngine):

@@ -77,6 +77,22 @@ def test_a_cell_that_raised_leaves_its_state_and_its_output_is_its_own(sandbox):
     assert results[3].stdout == "1 2\n"  # nothing of the earlier cells' output again
 
 
+def test_what_a_thread_writes_between_cells_is_no_cells_output(sandbox):
+    late = (
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('late')), daemon=True).start()"
+    )
+    with sandbox.warm():
+        session = sandbox.session()
+        try:
+            first = session.run(late)
+            time.sleep(0.8)
+            second = session.run("print('mine')")
+        finally:
+            session.close()
+    assert first.stdout == "" and second.stdout == "mine\n"
+
+
 def test_history_is_replayed_once_silently_even_past_sys_stdout(sandbox):
     history = ["import os\nos.write(1, b'history ran\\n')\nseen = 1", "seen += 1\nprint('no')"]
     results = run_cells(sandbox, ["print(seen)", "print(seen)"], history)

@@ -7,7 +7,7 @@ its own (most trajectories run one cell only, and a fresh fork from a warm zygot
 cheapest start); from its second cell on, its cells run in an interpreter session of its own
 (reasonrl.sandbox.Session), which replays the first cell once, silently, and then runs each
 cell once. A trajectory's session is closed when it ends, and every session when the rollout
-ends (on an exception too).
+ends (on an exception too); MAX_SESSIONS caps those open at once.
 """
 
 from __future__ import annotations
@@ -19,12 +19,16 @@ from tqdm import tqdm
 from reasonrl.chat import CODE_BLOCK, render
 from reasonrl.generation import GenerationEngine, SamplingParams
 from reasonrl.pool import Program, WorkerPool
-from reasonrl.sandbox import Session
+from reasonrl.sandbox import Session, program_with_history
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 from reasonrl.tasks.tool_turns import output_turn
 
 # The model's turn ends with its code; it must not write the interpreter's output itself.
 STOP = ("```output",)
+# Sessions open at once, at most: each holds a zygote, a sandbox uid (of 1024) and about ten
+# descriptors of ours. Past it, a trajectory's later cells each re-run its earlier ones in a
+# program of their own, as before sessions.
+MAX_SESSIONS = 256
 
 
 @dataclass
@@ -183,21 +187,28 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
                 state.finish_reason = "eos"
             else:
                 to_run.append((state, code))
-    programs = [_cell_program(state, code, sandbox) for state, code in to_run]
+    _close_sessions([s for s in live if s.finish_reason is not None])  # their zygotes are free
+    programs = _cell_programs(to_run, sandbox, live)
     for (state, code), result in zip(to_run, WorkerPool(sandbox).run(programs), strict=True):
         state.cells.append(code)
         state.tool_status.append(result.status)
         state.messages.append(output_turn(result.output))
 
 
-def _cell_program(state: _State, code: str, sandbox) -> Program:
-    """The trajectory's first cell alone; any later one in its session (opened at its second
+def _cell_programs(to_run: list[tuple[_State, str]], sandbox, live: list[_State]) -> list[Program]:
+    """A trajectory's first cell alone; any later one in its session (opened at its second
     cell, or at its first after a prefix: it replays the cells before)."""
-    if not state.cells:
-        return Program(code)
-    if state.session is None:
-        state.session = sandbox.session(state.cells)
-    return Program(code, session=state.session)
+    open_sessions = sum(state.session is not None for state in live)
+    programs = []
+    for state, code in to_run:
+        if state.cells and state.session is None and open_sessions < MAX_SESSIONS:
+            state.session = sandbox.session(state.cells)
+            open_sessions += 1
+        if state.session is not None:
+            programs.append(Program(code, session=state.session))
+        else:  # a first cell, or past MAX_SESSIONS
+            programs.append(Program(program_with_history(state.cells, code)))
+    return programs
 
 
 def _close_sessions(states: list[_State]) -> None:

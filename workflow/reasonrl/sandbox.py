@@ -1028,12 +1028,13 @@ class _LiveSession:
         return True
 
     def _skip_stale_output(self) -> None:
-        """What the session's threads or processes wrote between cells is no cell's output."""
-        for source in (self.program.stdout, self.program.stderr):
+        """What the session's threads or processes wrote between cells, to its pipes or to
+        its channel, is no cell's output and no cell's end."""
+        for source in (self.program.stdout, self.program.stderr, self.channel):
             for _ in range(_STALE_READS):
-                if not _wait_readable(source.fileno(), 0) or not os.read(
-                    source.fileno(), _READ_CHUNK
-                ):
+                if not _wait_readable(source.fileno(), 0):
+                    break
+                if not os.read(source.fileno(), _READ_CHUNK):
                     break
 
     def close(self) -> None:
