@@ -10,8 +10,9 @@ from reasonrl import rollout
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import load_schema
 from reasonrl.models import train_tokenizer
-from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts, run_rollouts
 from reasonrl.sandbox import Sandbox, SandboxLimits, program_with_history
+from reasonrl.tasks import prompt_messages
 
 PROBLEM = {
     "id": "p0",
@@ -203,6 +204,22 @@ def test_past_max_sessions_later_cells_rerun_their_history(sandbox, monkeypatch)
     )
     rows = _roll(engine, sandbox, RolloutLimits(max_turns=3), n=2)
     assert [_outputs(row) for row in rows] == [["", "2", "2"]] * 2
+    assert sandbox_processes() == [] and ours() == []
+
+
+def test_a_continued_rollout_replays_its_prefixs_cells_once_in_a_session(sandbox):
+    first = "```python\nx = 5\nimport os\nos.write(1, b'prefix ran\\n')\n```"
+    messages = [
+        *prompt_messages(PROBLEM, "tool"),
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "```output\nprefix ran\n```"},
+    ]
+    engine = ScriptedEngine([first, "```python\nprint(x)\n```", "```python\nprint(x + 1)\n```"])
+    prefix = RolloutPrefix(PROBLEM, messages)
+    (row,) = continue_rollouts(
+        engine, [prefix], SamplingParams(), RolloutLimits(max_turns=3), sandbox
+    )
+    assert _outputs(row)[1:] == ["5", "6"] and row["tool_status"] == ["ok", "ok"]
     assert sandbox_processes() == [] and ours() == []
 
 
