@@ -18,6 +18,9 @@ interpreter: a warm interpreter in one such sandbox per pool worker forks it and
 set-up in the child (reasonrl.zygote); the caller's side, its supervision and its results are
 the same.
 
+A Session (the tool loop's notebook) keeps one such forked process alive across cells, so a
+cell never re-runs the ones before it; each cell has its own limits and output.
+
 bwrap's outer process exits as soon as the program's exit status is known, before the
 sandbox's pid 1 (bwrap's init) has exited; that pid 1 would be reparented to the host's init,
 which in a container may never reap it. So while runs are in progress the caller is a child

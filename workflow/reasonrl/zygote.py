@@ -19,6 +19,12 @@ outlive a program and cannot be listed without mounting, are refused by the secc
 The zygote is the pid namespace's init (bwrap --as-pid-1): a program sees pid 1 and its own
 processes only, as in a fresh sandbox, and the zygote reaps the orphans that come to it.
 
+A session (reasonrl.sandbox.Session) is such a program whose main process does not end with
+its code: it runs one cell after another in one namespace, each read from /tmp/main.py when
+the caller says "run" on a channel of its own (a socket it keeps, the one descriptor of ours
+it has), answering each cell's exit status there. The zygote supervises it as any program,
+and watches the CPU time of each cell (see check_cpu); "arm N" from the caller starts a cell's.
+
 The caller side (`Zygote`) talks to it over a SOCK_SEQPACKET socket: a request carries the
 numbers (limits, uid) and the program's descriptors (stdin, stdout, stderr, ready pipe,
 cgroup); the program itself is written beforehand into a file of the caller's folder that is
