@@ -118,6 +118,13 @@ def test_each_cell_has_its_own_cpu_time_and_a_timeout_ends_only_its_session(sand
     assert sandbox_processes() == []
 
 
+def test_a_cell_that_ignores_sigxcpu_is_killed_a_second_later(sandbox):
+    ignoring = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass"
+    first, looping = run_cells(sandbox, ["x = 1", ignoring])
+    assert first.status == "ok" and looping.status == "timeout"
+    assert sandbox_processes() == []
+
+
 def test_a_session_whose_process_ended_between_cells_replays_them_in_a_new_one(sandbox):
     ends_soon = (
         "import os, threading, time\nstarted = time.monotonic()\nx = 41\n"
