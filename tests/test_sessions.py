@@ -99,6 +99,19 @@ def test_history_is_replayed_once_silently_even_past_sys_stdout(sandbox):
     assert [r.stdout for r in results] == ["2\n", "2\n"]
 
 
+def test_a_cell_that_shadows_builtins_breaks_no_later_cell(sandbox):
+    cells = ["from re import compile", "from os import *", "import os\nprint(1 + 1, os.getpid())"]
+    results = run_cells(sandbox, [*cells, "print(os.getpid())"])
+    assert [r.status for r in results] == ["ok"] * 4
+    two, pid = results[2].stdout.split()
+    assert two == "2" and results[3].stdout == f"{pid}\n"  # the same process: no restart
+
+
+def test_a_replayed_history_that_shadows_builtins_is_replayed_whole(sandbox):
+    history = ["from re import compile", "from os import *", "x = 41"]
+    assert run_cells(sandbox, ["print(x + 1)"], history)[0].stdout == "42\n"
+
+
 def test_each_cell_has_its_own_cpu_time_and_a_timeout_ends_only_its_session(sandbox):
     spin = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass"
     with sandbox.warm():

@@ -898,8 +898,10 @@ def program_with_history(previous: Sequence[str], cell: str) -> str:
     subprocess) goes to /dev/null too, so `cell`'s output is its own only."""
     if not previous:
         return cell
+    # exec, compile and BaseException through the builtins module: a cell replayed before may
+    # have replaced those names in the namespace (`from re import compile`).
     lines = [
-        "import contextlib as _c, io as _io, os as _os",
+        "import builtins as _builtins, contextlib as _c, io as _io, os as _os",
         "_saved = [_os.dup(1), _os.dup(2)]",
         "_null = _os.open(_os.devnull, _os.O_WRONLY)",
         "_os.dup2(_null, 1)",
@@ -909,8 +911,8 @@ def program_with_history(previous: Sequence[str], cell: str) -> str:
         lines += [
             "with _c.redirect_stdout(_io.StringIO()), _c.redirect_stderr(_io.StringIO()):",
             "    try:",
-            f"        exec(compile({old!r}, '<cell>', 'exec'))",
-            "    except BaseException:",
+            f"        _builtins.exec(_builtins.compile({old!r}, '<cell>', 'exec'))",
+            "    except _builtins.BaseException:",
             "        pass",
         ]
     lines += [
@@ -918,7 +920,7 @@ def program_with_history(previous: Sequence[str], cell: str) -> str:
         "_os.dup2(_saved[1], 2)",
         "for _fd in (*_saved, _null):",
         "    _os.close(_fd)",
-        "del _c, _io, _os, _saved, _null, _fd",
+        "del _builtins, _c, _io, _os, _saved, _null, _fd",
     ]
     return "\n".join(lines) + "\n" + cell
 

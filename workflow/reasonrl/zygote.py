@@ -261,15 +261,19 @@ def serve():
         remove_sysv_ipc()
 def make_runner(sys, os, signal, channel, path):
     # its own closure: the program's __main__ holds none of our names. channel: a session's
-    # socket to the caller (None for a single program).
+    # socket to the caller (None for a single program). The builtins it needs are bound here,
+    # once: looked up at run time they would come from __main__, the program's namespace,
+    # where a cell's `from re import compile` or `from os import *` would replace them.
+    import builtins, types
+    b = types.SimpleNamespace(**vars(builtins))  # a copy: later changes to builtins miss it
     def exit_status(code):
         if code is None:
             return 0
-        if isinstance(code, int) and -2**31 <= code < 2**31:
+        if b.isinstance(code, b.int) and -2**31 <= code < 2**31:
             return code
         try:
             sys.stderr.write(f"{code}\\n")
-        except BaseException:
+        except b.BaseException:
             pass
         return 1
     def run_program(code, namespace):
@@ -279,24 +283,24 @@ def make_runner(sys, os, signal, channel, path):
         status = 0
         interrupted = False
         try:
-            exec(code, namespace)
-        except SystemExit as exc:
+            b.exec(code, namespace)
+        except b.SystemExit as exc:
             status = exit_status(exc.code)
-        except BaseException as exc:
-            status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+        except b.BaseException as exc:
+            status, interrupted = 1, b.isinstance(exc, b.KeyboardInterrupt)
             exc.__traceback__ = exc.__traceback__.tb_next  # from the program's frame on
-            sys.excepthook(type(exc), exc, exc.__traceback__)
+            sys.excepthook(b.type(exc), exc, exc.__traceback__)
         if "threading" in sys.modules:
             try:
                 sys.modules["threading"]._shutdown()
-            except BaseException as exc:
+            except b.BaseException as exc:
                 sys.unraisablehook(exc)
         import atexit
         atexit._run_exitfuncs()
         for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
             try:
                 stream.flush()
-            except BaseException:
+            except b.BaseException:
                 status = failed_status
         if interrupted:  # as the interpreter ends on an uncaught KeyboardInterrupt
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -309,26 +313,26 @@ def make_runner(sys, os, signal, channel, path):
         status = 0
         try:
             if b"\\0" in source:
-                raise SyntaxError("source code string cannot contain null bytes")
-            exec(compile(source, path, "exec"), namespace)
-        except SystemExit as exc:
+                raise b.SyntaxError("source code string cannot contain null bytes")
+            b.exec(b.compile(source, path, "exec"), namespace)
+        except b.SystemExit as exc:
             status = exit_status(exc.code)
-        except BaseException as exc:
+        except b.BaseException as exc:
             status = 1
             exc.__traceback__ = exc.__traceback__.tb_next  # from the cell's frame on
-            sys.excepthook(type(exc), exc, exc.__traceback__)
+            sys.excepthook(b.type(exc), exc, exc.__traceback__)
         threading = sys.modules.get("threading")
         if threading is not None:
             try:
                 for thread in threading.enumerate():
                     if not thread.daemon and thread is not threading.current_thread():
                         thread.join()
-            except BaseException as exc:
+            except b.BaseException as exc:
                 sys.unraisablehook(exc)
         for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
             try:
                 stream.flush()
-            except BaseException:
+            except b.BaseException:
                 status = failed_status
         return status & 0xFF
     def run_session(source, namespace):
@@ -338,7 +342,7 @@ def make_runner(sys, os, signal, channel, path):
             channel.send(b"%d" % run_cell(source, namespace))
             if not channel.recv(16):
                 os._exit(0)
-            with open(path, "rb") as script:
+            with b.open(path, "rb") as script:
                 source = script.read()
     return run_program if channel is None else run_session
 # Modules the code checker (reasonrl.code_eval) and most programs import, loaded once here
