@@ -166,20 +166,64 @@ def test_sessions_do_not_see_each_other(sandbox):
     assert seen.stdout == "False ['main.py']\n"
 
 
-def test_close_leaves_no_process_even_with_a_daemon(sandbox):
-    daemon = (
-        "import os, time\n"
-        "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\n"
-        "print('started')"
+# In a cell: the live processes of the session's uid but the cell's own (zombies are left
+# to their parent, the session's process, which never waited for them).
+OTHERS_IN_CELL = (
+    "import os\n"
+    "def others():\n"
+    "    found = []\n"
+    "    for pid in (p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()):\n"
+    "        try:\n"
+    "            state = open(f'/proc/{pid}/stat').read().rpartition(')')[2].split()[0]\n"
+    "            uid = os.stat(f'/proc/{pid}').st_uid\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        found += [pid] if uid == os.getuid() and state != 'Z' else []\n"
+    "    return found\n"
+)
+
+
+def live(pids: list[int]) -> list[int]:
+    """Those not zombies (the session's process never waited for its killed children)."""
+    states = {}
+    for pid in pids:
+        try:
+            states[pid] = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+    return [pid for pid, state in states.items() if state != "Z"]
+
+
+def test_no_child_of_a_cell_outlives_it(sandbox):
+    forks = (
+        "import os\n"
+        "if os.fork() == 0:\n    os.setsid()\n    while True: pass\n"
+        "if os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(60)\n"
+        "print('started', len(others()))"
     )
     with sandbox.warm():
-        session = sandbox.session()
-        assert session.run(daemon).stdout == "started\n"
-        if sandbox.drops_root:  # (sandbox uids are ours to count only as root)
-            assert sandbox_processes() != []  # the session and its daemon live between cells
-        session.close()
+        session = sandbox.session([OTHERS_IN_CELL])
+        try:
+            started = session.run(forks)
+            if sandbox.drops_root:  # (sandbox uids are ours to count only as root)
+                assert len(live(sandbox_processes())) == 1  # the session's process only
+            after = session.run("print(others())")
+        finally:
+            session.close()
         assert sandbox_processes() == []
+    assert started.stdout == "started 2\n"
+    assert after.status == "ok" and after.stdout == "[]\n"
     assert ours() == []
+
+
+def test_a_cells_children_count_against_its_cpu_time(sandbox):
+    waits_for_a_spinning_child = (
+        "import os\npid = os.fork()\nif pid == 0:\n    while True: pass\nos.waitpid(pid, 0)"
+    )
+    first, spinning = run_cells(sandbox, ["x = 1", waits_for_a_spinning_child])
+    assert first.status == "ok"
+    assert spinning.status == "timeout" and spinning.duration < FAST.wall_seconds
+    assert sandbox_processes() == []
 
 
 def test_sessions_without_zygotes_replay_the_history_for_each_cell():

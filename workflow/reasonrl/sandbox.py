@@ -935,11 +935,11 @@ class Session:
     pool's zygotes while sandbox.warm() is open; see reasonrl.zygote): seccomp-filtered,
     rlimited, its own uid and memory cgroup, as any program there. Each cell has the
     sandbox's limits: the wall clock and output cap from our supervisor, and `cpu_seconds`
-    of the process's CPU time from the cell's start, which the zygote (out of the program's
-    reach) checks every 50 ms: past it SIGXCPU, a second later SIGKILL, as RLIMIT_CPU does.
-    RLIMIT_CPU itself is a backstop for the whole session, _SESSION_CPU_CELLS times one
-    cell's, for the process and for each process it starts (those may run on between cells,
-    up to close(), which kills them).
+    of the session's CPU time (its process's and any it started) from the cell's start,
+    which the zygote (out of the program's reach) checks every 50 ms: past it SIGXCPU, a
+    second later SIGKILL, as RLIMIT_CPU does. RLIMIT_CPU itself is a backstop, per process,
+    _SESSION_CPU_CELLS times one cell's. When a cell ends, the zygote kills every process it
+    started (only the session's own runs on between cells).
 
     A cell stopped for a limit, or one that ends the process, ends the session's process:
     the next cell starts a new one that first replays the cells so far silently, as the
@@ -1083,6 +1083,7 @@ class _SessionSupervisor(_ZygoteSupervisor):
         # The program can write here too: what is not an exit status counts as an error.
         valid = message.isdigit() and int(message) < 256
         self.cell_status = int(message) if valid else 1
+        self.wait_status = self.zygote.end_cell()  # None: the session's process lives on
         return True
 
     def _drain(self) -> str | None:

@@ -23,7 +23,8 @@ A session (reasonrl.sandbox.Session) is such a program whose main process does n
 its code: it runs one cell after another in one namespace, each read from /tmp/main.py when
 the caller says "run" on a channel of its own (a socket it keeps, the one descriptor of ours
 it has), answering each cell's exit status there. The zygote supervises it as any program,
-and watches the CPU time of each cell (see check_cpu); "arm N" from the caller starts a cell's.
+and watches the CPU time of each cell (see check_cpu); "arm N" from the caller starts a cell's,
+and "end" after it kills every process the cell started (see end_cell).
 
 The caller side (`Zygote`) talks to it over a SOCK_SEQPACKET socket: a request carries the
 numbers (limits, uid) and the program's descriptors (stdin, stdout, stderr, ready pipe,
@@ -103,15 +104,16 @@ if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxE
 # byte).
 ZYGOTE_SOURCE = (
     """\
-import array, os, resource, select, shutil, signal, socket, sys, time
+import array, contextlib, os, resource, select, shutil, signal, socket, sys, time
 CTRL = socket.socket(fileno=int(sys.argv[1]))
+TICKS = os.sysconf("SC_CLK_TCK")
 PRELOADED = sys.argv[2].split(",")
 ORPHAN_REAP_S = 0.05
 def receive():
     fds = array.array("i")
     message = b"kill"
-    # a kill or arm that crossed the last exit message: nothing to kill or arm
-    while message == b"kill" or message.startswith(b"arm "):
+    # a kill, arm or end that crossed the last exit message: nothing to kill, arm or end
+    while message in (b"kill", b"end") or message.startswith(b"arm "):
         message, extra, _, _ = CTRL.recvmsg(4096, socket.CMSG_SPACE(8 * fds.itemsize))
     if not message:
         os._exit(0)  # the caller closed the zygote
@@ -173,19 +175,57 @@ def kill_uid(uid):
             break
     if status != 0:
         os._exit(3)  # cannot promise that nothing of the program survives: stop here
-def cpu_ticks(pid):
-    # the process's CPU time so far, all its threads (/proc's utime and stime)
+def stat_fields(pid):
+    # /proc/PID/stat from the state on (field 3)
     with open(f"/proc/{pid}/stat") as stat:
-        return sum(int(n) for n in stat.read().rpartition(")")[2].split()[11:13])
-def check_cpu(child, cpu_end):
-    # A session's cell may use its process's CPU time up to cpu_end (ticks): past it SIGXCPU,
-    # as at RLIMIT_CPU's soft limit (the program may catch it), a second later SIGKILL, as at
-    # the hard limit. (RLIMIT_CPU itself counts the whole session, and the zygote may lack
-    # CAP_SYS_RESOURCE to raise a process's hard limit before each cell.)
+        return stat.read().rpartition(")")[2].split()
+def cpu_ticks(pid):
+    # the process's CPU time so far, all its threads, and that of the children it waited for
+    # (/proc's utime, stime, cutime and cstime)
+    return sum(int(n) for n in stat_fields(pid)[11:15])
+def session_ticks(child, uid):
+    # A session's CPU time so far: its process's (OSError once that is gone), its other
+    # processes' (a cell's children count), and what the zygote reaped (orphans: their time
+    # leaves /proc with them; the zygote reaps nothing else while a program runs).
+    total = cpu_ticks(child)
+    for pid in others_of(uid):
+        if int(pid) != child:
+            with contextlib.suppress(OSError):
+                total += cpu_ticks(pid)
+    reaped = os.times()
+    return total + round((reaped.children_user + reaped.children_system) * TICKS)
+def end_cell(child, uid):
+    # A session's cell has ended: no process of it but the session's own runs on until the
+    # next cell (its CPU time would be no cell's). The others are killed, again until none is
+    # left (zombies are left to their parent). Then None; the session's wait status if it
+    # has ended meanwhile, or was killed as they could not be (outrun by forks).
+    for _ in range(1000):
+        status = reap(child)
+        if status is not None:
+            return status
+        rest = [int(p) for p in others_of(uid) if int(p) != child and not is_zombie(p)]
+        if not rest:
+            return None
+        for pid in rest:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.001)
+    os.kill(child, signal.SIGKILL)
+    return os.waitpid(child, 0)[1]
+def is_zombie(pid):
     try:
-        used = cpu_ticks(child)
+        return stat_fields(pid)[0] in ("Z", "X")
+    except OSError:
+        return True  # gone, reaped
+def check_cpu(child, uid, cpu_end):
+    # A session's cell may use the session's CPU time up to cpu_end (ticks): past it SIGXCPU,
+    # as at RLIMIT_CPU's soft limit (the program may catch it), a second later SIGKILL, as at
+    # the hard limit. (RLIMIT_CPU itself counts each process's whole life, and the zygote may
+    # lack CAP_SYS_RESOURCE to raise a process's hard limit before each cell.)
+    try:
+        used = session_ticks(child, uid)
         if used >= cpu_end:
-            hard = used >= cpu_end + os.sysconf("SC_CLK_TCK")
+            hard = used >= cpu_end + TICKS
             os.kill(child, signal.SIGKILL if hard else signal.SIGXCPU)
     except OSError:
         pass  # it has ended: reaped next
@@ -194,18 +234,24 @@ def supervise(child, uid, cell_cpu):
     # then that process first (reaped, so that its zombie does not count), then the rest.
     # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S, and so is a session's CPU
     # time checked: cell_cpu seconds for its first cell, and "arm N" (before each next cell)
-    # gives it N seconds from then on, answered "armed".
+    # gives it N seconds from then on, answered "armed"; "end" (after each cell) kills its
+    # other processes (see end_cell), answered "ended".
     pidfd = os.pidfd_open(child)
     status = None
     caller_gone = False
-    cpu_end = cell_cpu * os.sysconf("SC_CLK_TCK") if cell_cpu else None
+    cpu_end = session_ticks(child, uid) + cell_cpu * TICKS if cell_cpu else None
     while status is None:
         if CTRL in select.select([pidfd, CTRL], [], [], ORPHAN_REAP_S)[0]:
             message = CTRL.recv(64)
+            if message == b"end":
+                status = end_cell(child, uid)
+                if status is None:
+                    CTRL.send(b"ended")
+                continue
             if message.startswith(b"arm "):
                 try:
                     seconds = int(message.split()[1])
-                    cpu_end = cpu_ticks(child) + seconds * os.sysconf("SC_CLK_TCK")
+                    cpu_end = session_ticks(child, uid) + seconds * TICKS
                     CTRL.send(b"armed")
                 except OSError:
                     pass  # the program has ended: its exit is what the caller hears next
@@ -219,7 +265,7 @@ def supervise(child, uid, cell_cpu):
         else:
             status = reap(child)
             if status is None and cpu_end is not None:
-                check_cpu(child, cpu_end)
+                check_cpu(child, uid, cpu_end)
     os.close(pidfd)
     kill_uid(uid)
     if caller_gone:
@@ -473,23 +519,33 @@ class Zygote:
             raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
 
     def arm_cpu(self, seconds: int) -> int | None:
-        """Before a session's next cell: its process may use `seconds` of CPU time from now
-        (the zygote watches it). None once armed; the wait status if it has ended meanwhile."""
+        """Before a session's next cell: its processes may use `seconds` of CPU time from
+        now (the zygote watches them). None once armed; the wait status if it has ended."""
+        return self._ask(b"arm %d" % seconds, b"armed", "a CPU limit request")
+
+    def end_cell(self) -> int | None:
+        """After a session's cell: every process of it but its own is killed, so nothing of
+        the cell runs on. None once done; the wait status if the session has ended."""
+        return self._ask(b"end", b"ended", "the end of a cell")
+
+    def _ask(self, request: bytes, answer: bytes, what: str) -> int | None:
+        """Send a request about the running program: None once answered, the program's wait
+        status if it has ended (the zygote says so instead)."""
         try:
-            self.ctrl.send(b"arm %d" % seconds)
+            self.ctrl.send(request)
         except OSError as exc:
             self.broken = True
             raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
         if _wait_readable(self.ctrl.fileno(), _EXIT_GRACE_S):
             with contextlib.suppress(OSError):
                 message = self.ctrl.recv(64)
-                if message == b"armed":
+                if message == answer:
                     return None
                 if message.startswith(b"exit "):
                     return int(message.split()[1])
         self.broken = True
         self._kill_sandbox()
-        raise ZygoteBroken("the sandbox zygote did not answer a CPU limit request")
+        raise ZygoteBroken(f"the sandbox zygote did not answer {what}")
 
     def kill_program(self) -> None:
         """Ask the zygote to kill the program in progress and everything of its uid."""
