@@ -15,6 +15,7 @@ import pytest
 from isolation import caller_of, sandbox_processes
 
 from reasonrl.sandbox import Sandbox, SandboxLimits, bwrap_available
+from reasonrl.zygote import Zygote
 
 pytestmark = [
     pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed"),
@@ -152,6 +153,30 @@ def test_a_session_whose_process_ended_between_cells_replays_them_in_a_new_one(s
         finally:
             session.close()
     assert again.status == "ok" and again.stdout == "42 True\n"  # a new process, a new start
+
+
+def test_output_over_the_cap_found_after_a_cell_ended_ends_its_session(sandbox, monkeypatch):
+    # A thread floods stdout just after its cell says it is done (the zygote is slow to end
+    # the cell here), so the output limit is found while the cell's output is drained; not
+    # on a silent replay, where stdout is /dev/null.
+    floods_late = (
+        "import threading, time\n"
+        "def flood():\n    time.sleep(0.1)\n    while True: os.write(1, b'x' * 4096)\n"
+        "if os.readlink('/proc/self/fd/1') != os.devnull:\n"
+        "    threading.Thread(target=flood, daemon=True).start()"
+    )
+    end_cell = Zygote.end_cell
+
+    def slow_end_cell(zygote: Zygote) -> int | None:
+        status = end_cell(zygote)
+        time.sleep(0.5)
+        return status
+
+    monkeypatch.setattr(Zygote, "end_cell", slow_end_cell)
+    pid = "import os\nprint(os.getpid())"
+    first, flooded, after = run_cells(sandbox, [pid, floods_late, pid])
+    assert flooded.status == "output-limit"
+    assert after.status == "ok" and after.stdout != first.stdout  # a new process
 
 
 def test_sessions_do_not_see_each_other(sandbox):

@@ -1088,13 +1088,16 @@ class _SessionSupervisor(_ZygoteSupervisor):
 
     def _drain(self) -> str | None:
         """The cell's output still in the pipes (it wrote all of it before it said it had
-        ended); "output-limit" if that is over the cap."""
+        ended); "output-limit" if that is over the cap, and then the session's process is
+        killed, as for output over the cap before the end: no cell ended, as far as wait()
+        can tell."""
         for stream, source in (("stdout", self.stdout), ("stderr", self.stderr)):
             while _wait_readable(source.fileno(), 0):
                 data = os.read(source.fileno(), _READ_CHUNK)
                 if not data:
                     break
                 if self._append(stream, data):
+                    self.cell_status = None
                     return "output-limit"
         return None
 
