@@ -1,6 +1,7 @@
 """The multi-turn tool loop, driven by a scripted engine and the real sandbox."""
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
 from isolation import sandbox_processes
@@ -280,3 +281,25 @@ def test_an_answer_planted_by_a_code_cell_is_never_the_trajectorys(sandbox, scri
     assert outputs and "\\boxed{42}" in outputs[0] and "The answer is 42." in outputs[0]
     assert row["final_answer"] != "42" and not row["correct"], row
     assert [m["role"] for m in row["messages"]][:3] == ["user", "assistant", "user"]
+
+
+class FakeSession:
+    def __init__(self, closed: list[str], name: str, fails: bool = False):
+        self.closed, self.name, self.fails = closed, name, fails
+
+    def close(self) -> None:
+        self.closed.append(self.name)
+        if self.fails:
+            raise OSError(f"{self.name} failed to close")
+
+
+def test_every_session_is_closed_even_if_one_close_raises():
+    closed: list[str] = []
+    states = [
+        SimpleNamespace(session=FakeSession(closed, name, fails=name == "b"))
+        for name in ("a", "b", "c")
+    ]
+    with pytest.raises(OSError, match="b failed"):
+        rollout._close_sessions(states)
+    assert sorted(closed) == ["a", "b", "c"]
+    assert [state.session for state in states] == [None] * 3

@@ -12,6 +12,7 @@ ends (on an exception too); MAX_SESSIONS caps those open at once.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
@@ -212,10 +213,12 @@ def _cell_programs(to_run: list[tuple[_State, str]], sandbox, live: list[_State]
 
 
 def _close_sessions(states: list[_State]) -> None:
-    for state in states:
-        if state.session is not None:
-            state.session.close()
-            state.session = None
+    """Close each one's session, all of them even if one's close() raises (then re-raised)."""
+    with contextlib.ExitStack() as closing:
+        for state in states:
+            if state.session is not None:
+                closing.callback(state.session.close)
+                state.session = None
 
 
 def _row(state: _State, final: str | None, correct: bool, policy: str, decoding: str) -> dict:
