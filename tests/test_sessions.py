@@ -179,6 +179,28 @@ def test_output_over_the_cap_found_after_a_cell_ended_ends_its_session(sandbox, 
     assert after.status == "ok" and after.stdout != first.stdout  # a new process
 
 
+def test_a_forged_end_of_cell_does_not_cut_the_cell_short(sandbox):
+    forges = (
+        "import os, time\n"
+        "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+        "    for forged in (b'0', b'0 0', b'1 0'):\n"
+        "        try:\n            os.write(fd, forged)\n"
+        "        except OSError:\n            pass\n"
+        "time.sleep(1)\nprint('late')"
+    )
+    forged, after = run_cells(sandbox, [forges, "print('mine')"])
+    assert forged.status == "ok" and forged.stdout.endswith("late\n")
+    assert after.status == "ok" and after.stdout == "mine\n"
+
+
+def test_a_program_a_cell_runs_does_not_get_the_sessions_channel(sandbox):
+    lists_fds = "import os\nprint(sorted(os.listdir('/proc/self/fd')))"
+    command = f"[sys.executable, '-c', {lists_fds!r}]"
+    runs = f"import subprocess, sys\nsubprocess.run({command}, close_fds=False)"
+    (result,) = run_cells(sandbox, [runs])
+    assert result.stdout == "['0', '1', '2', '3']\n"  # 3: the listing's own
+
+
 def test_sessions_do_not_see_each_other(sandbox):
     with sandbox.warm():
         a, b = sandbox.session(), sandbox.session()

@@ -37,6 +37,7 @@ import fcntl
 import json
 import math
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -693,9 +694,9 @@ class _Supervisor:
     def _on_exit(self) -> None:
         """bwrap has exited: its pidfd turned readable."""
 
-    def _on_done(self) -> bool:
+    def _on_done(self) -> bool | None:
         """A session's channel turned readable (only _SessionSupervisor has one): whether
-        its cell has ended."""
+        its cell has ended; None once the channel is closed."""
         raise NotImplementedError
 
     def _drain(self) -> str | None:
@@ -720,9 +721,11 @@ class _Supervisor:
                         selector.unregister(key.fileobj)
                         self._on_exit()
                         continue
-                    if key.data == "done":  # a session's cell has ended; its process lives on
-                        selector.unregister(key.fileobj)
-                        if self._on_done():
+                    if key.data == "done":  # a session's channel: its cell may have ended
+                        done = self._on_done()
+                        if done is None:
+                            selector.unregister(key.fileobj)
+                        elif done:  # the process lives on
                             return self._drain()
                         continue
                     data = os.read(key.fd, _READ_CHUNK)
@@ -1004,6 +1007,8 @@ class _LiveSession:
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.channel = self._resources.enter_context(ours)
+            self.token = _cell_token()
+            self.channel.send(self.token)  # the first cell's: it runs with the program
             self.program = sandbox._start_in_zygote(self._resources, first_cell, "", theirs)
         except BaseException:
             self._resources.close()
@@ -1024,8 +1029,9 @@ class _LiveSession:
             return False
         self._skip_stale_output()
         zygote.write_script(code.encode("utf-8", "replace"))
+        self.token = _cell_token()
         try:
-            self.channel.send(b"run")
+            self.channel.send(self.token)
         except OSError:  # it ended just now: the zygote says so next
             zygote.exit_status(_ZYGOTE_KILL_GRACE_SECONDS)
             self.ended = True
@@ -1073,16 +1079,19 @@ class _SessionSupervisor(_ZygoteSupervisor):
     def _sources(self) -> list[tuple[object, str]]:
         return [*super()._sources(), (self.live.channel, "done")]
 
-    def _on_done(self) -> bool:
+    def _on_done(self) -> bool | None:
         try:
-            message = self.live.channel.recv(16)
+            message = self.live.channel.recv(64)
         except OSError:
             message = b""
         if not message:
-            return False  # the process is ending: the zygote reports how
-        # The program can write here too: what is not an exit status counts as an error.
-        valid = message.isdigit() and int(message) < 256
-        self.cell_status = int(message) if valid else 1
+            return None  # the process is ending: the zygote reports how
+        # The program can write here too: only a message with this cell's token ends it.
+        token, _, status = message.partition(b" ")
+        if token != self.live.token:
+            return False
+        valid = status.isdigit() and int(status) < 256
+        self.cell_status = int(status) if valid else 1
         self.wait_status = self.zygote.end_cell()  # None: the session's process lives on
         return True
 
@@ -1109,6 +1118,12 @@ class _SessionSupervisor(_ZygoteSupervisor):
         if self.wait_status is None:
             self.wait_status = self.zygote.exit_status(_ZYGOTE_KILL_GRACE_SECONDS)
         return self.wait_status
+
+
+def _cell_token() -> bytes:
+    """What a session's process must send back, before the exit status, to end a cell: a
+    stray or stale message on the channel cannot guess it."""
+    return secrets.token_hex(8).encode()
 
 
 def _whole_cpu_seconds(limits: SandboxLimits) -> int:

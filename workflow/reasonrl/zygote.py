@@ -21,10 +21,11 @@ processes only, as in a fresh sandbox, and the zygote reaps the orphans that com
 
 A session (reasonrl.sandbox.Session) is such a program whose main process does not end with
 its code: it runs one cell after another in one namespace, each read from /tmp/main.py when
-the caller says "run" on a channel of its own (a socket it keeps, the one descriptor of ours
-it has), answering each cell's exit status there. The zygote supervises it as any program,
-and watches the CPU time of each cell (see check_cpu); "arm N" from the caller starts a cell's,
-and "end" after it kills every process the cell started (see end_cell).
+the caller sends the cell's token on a channel of its own (a socket it keeps, the one
+descriptor of ours it has, not inherited across exec), answering "<token> <exit status>"
+there. The zygote supervises it as any program, and watches the CPU time of each cell (see
+check_cpu); "arm N" from the caller starts a cell's, and "end" after it kills every process
+the cell started (see end_cell).
 
 The caller side (`Zygote`) talks to it over a SOCK_SEQPACKET socket: a request carries the
 numbers (limits, uid) and the program's descriptors (stdin, stdout, stderr, ready pipe,
@@ -382,14 +383,18 @@ def make_runner(sys, os, signal, channel, path):
                 status = failed_status
         return status & 0xFF
     def run_session(source, namespace):
-        # Each cell's exit status goes back on the channel; then the next cell is read from
-        # the script file (rewritten by the caller) when the caller says so, until it closes.
-        while True:
-            channel.send(b"%d" % run_cell(source, namespace))
-            if not channel.recv(16):
-                os._exit(0)
-            with b.open(path, "rb") as script:
-                source = script.read()
+        # Before each cell the caller sends its token (the first cell's with the program);
+        # the cell's exit status goes back after it, so that what a thread or a child of an
+        # earlier cell writes on the channel is no cell's end. The next cell is read from the
+        # script file (rewritten by the caller) once its token has come; EOF: the end.
+        token = channel.recv(64)
+        while token:
+            channel.send(token + b" %d" % run_cell(source, namespace))
+            token = channel.recv(64)
+            if token:
+                with b.open(path, "rb") as script:
+                    source = script.read()
+        os._exit(0)
     return run_program if channel is None else run_session
 # Modules the code checker (reasonrl.code_eval) and most programs import, loaded once here
 # rather than in every program (forked children share them; none of their state is shared
@@ -414,6 +419,8 @@ path = "/tmp/main.py"
     + """\
 # A session compiles each cell itself: a cell's SyntaxError ends that cell, not the session.
 code = source if session else compile(source, path, "exec")
+if session:
+    os.set_inheritable(keep, False)  # a program the session runs does not get the channel
 run = make_runner(sys, os, signal, socket.socket(fileno=keep) if session else None, path)
 sys.argv = [path]
 __file__ = path
