@@ -303,3 +303,23 @@ def test_every_session_is_closed_even_if_one_close_raises():
         rollout._close_sessions(states)
     assert sorted(closed) == ["a", "b", "c"]
     assert [state.session for state in states] == [None] * 3
+
+
+def _capped(monkeypatch, soft_nofile: int, pool_memory_mb: int = 0, workers: int = 2) -> int:
+    monkeypatch.setattr(rollout.resource, "getrlimit", lambda kind: (soft_nofile, soft_nofile))
+    sandbox = SimpleNamespace(
+        pool_memory_mb=pool_memory_mb, workers=workers, limits=SimpleNamespace(memory_mb=256)
+    )
+    return rollout.session_cap(sandbox)
+
+
+def test_open_sessions_are_capped_by_our_descriptor_limit(monkeypatch):
+    assert _capped(monkeypatch, 1024) == 64  # 1024 // 16
+    assert _capped(monkeypatch, 1 << 20) == rollout.MAX_SESSIONS
+    assert _capped(monkeypatch, rollout.resource.RLIM_INFINITY) == rollout.MAX_SESSIONS
+
+
+def test_open_sessions_are_capped_by_the_pools_memory_beside_its_workers(monkeypatch):
+    assert _capped(monkeypatch, 1 << 20, pool_memory_mb=4096, workers=2) == 14  # 16 - 2
+    assert _capped(monkeypatch, 1 << 20, pool_memory_mb=512, workers=4) == 0
+    assert _capped(monkeypatch, 1024, pool_memory_mb=1 << 20) == 64

@@ -7,12 +7,13 @@ its own (most trajectories run one cell only, and a fresh fork from a warm zygot
 cheapest start); from its second cell on, its cells run in an interpreter session of its own
 (reasonrl.sandbox.Session), which replays the first cell once, silently, and then runs each
 cell once. A trajectory's session is closed when it ends, and every session when the rollout
-ends (on an exception too); MAX_SESSIONS caps those open at once.
+ends (on an exception too); session_cap caps those open at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import resource
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
@@ -20,16 +21,17 @@ from tqdm import tqdm
 from reasonrl.chat import CODE_BLOCK, render
 from reasonrl.generation import GenerationEngine, SamplingParams
 from reasonrl.pool import Program, WorkerPool
-from reasonrl.sandbox import Session, program_with_history
+from reasonrl.sandbox import Sandbox, Session, program_with_history
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 from reasonrl.tasks.tool_turns import output_turn
 
 # The model's turn ends with its code; it must not write the interpreter's output itself.
 STOP = ("```output",)
-# Sessions open at once, at most: each holds a zygote, a sandbox uid (of 1024) and about ten
-# descriptors of ours. Past it, a trajectory's later cells each re-run its earlier ones in a
-# program of their own, as before sessions.
+# Sessions open at once, at most (see session_cap): each holds a zygote, a sandbox uid (of
+# 1024) and about ten descriptors of ours. Past it, a trajectory's later cells each re-run its
+# earlier ones in a program of their own, as before sessions.
 MAX_SESSIONS = 256
+_DESCRIPTORS_PER_SESSION = 16  # about ten, with room for the rest of the process
 
 
 @dataclass
@@ -200,16 +202,31 @@ def _cell_programs(to_run: list[tuple[_State, str]], sandbox, live: list[_State]
     """A trajectory's first cell alone; any later one in its session (opened at its second
     cell, or at its first after a prefix: it replays the cells before)."""
     open_sessions = sum(state.session is not None for state in live)
+    cap = session_cap(sandbox)
     programs = []
     for state, code in to_run:
-        if state.cells and state.session is None and open_sessions < MAX_SESSIONS:
+        if state.cells and state.session is None and open_sessions < cap:
             state.session = sandbox.session(state.cells)
             open_sessions += 1
         if state.session is not None:
             programs.append(Program(code, session=state.session))
-        else:  # a first cell, or past MAX_SESSIONS
+        else:  # a first cell, or past session_cap
             programs.append(Program(program_with_history(state.cells, code)))
     return programs
+
+
+def session_cap(sandbox: Sandbox) -> int:
+    """Sessions open at once, at most: MAX_SESSIONS, fewer where their descriptors would pass
+    our soft RLIMIT_NOFILE, or where their memory (memory_mb each, held between cells too) and
+    that of the pool's running workers would pass the sandbox's pool_memory_mb."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    cap = MAX_SESSIONS
+    if soft != resource.RLIM_INFINITY:
+        cap = min(cap, soft // _DESCRIPTORS_PER_SESSION)
+    if sandbox.pool_memory_mb:
+        sessions_memory = sandbox.pool_memory_mb // sandbox.limits.memory_mb - sandbox.workers
+        cap = min(cap, max(0, sessions_memory))
+    return cap
 
 
 def _close_sessions(states: list[_State]) -> None:
