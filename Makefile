@@ -12,7 +12,7 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm
+.PHONY: run test lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
@@ -35,6 +35,17 @@ dag: setup graphviz
 # The package's layers (docs/architecture.md) drawn from its imports, transitive edges dropped.
 layers: setup graphviz
 	$(BIN)/python docs/layers.py | tred | dot -Tsvg > docs/layers.svg
+
+# Every benchmark side by side, each appending its section to BENCHMARKS.md: the CPU ones,
+# the vLLM one in its venv, the tool loop's when `make run` has made its sft-tool policy,
+# and the GPU one where torch sees a GPU.
+CPU_BENCHES := sandbox_throughput session_cells sft_packing mdpo_reference_cache prm_scoring online_async
+bench: setup vllm
+	for name in $(CPU_BENCHES); do $(BIN)/python bench/$$name.py; done
+	$(VLLM_VENV)/bin/python bench/generation_engines.py
+	if [ -d results/models/sft-tool ]; then $(BIN)/python bench/tool_loop_overhead.py; fi
+	if $(BIN)/python -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then \
+	  $(BIN)/python bench/gpu_throughput.py; fi
 
 clean:
 	rm -rf results logs benchmarks .snakemake report.html

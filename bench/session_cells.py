@@ -13,7 +13,7 @@ as the tool loop runs them (all trajectories' k-th cells are one batch):
 
 Two kinds of cell: trivial (an assignment and a print) and compute (a sum over a range of
 --compute-n numbers, about 50 ms). Each trajectory's outputs must be the same all ways.
-Prints a table; it does not write BENCHMARKS.md.
+Appends the table to BENCHMARKS.md, with the sessions' speed-up over the old way at each K.
 
     python bench/session_cells.py [--trajectories 16] [--workers 2] [--repeats 1]
 """
@@ -24,6 +24,8 @@ import argparse
 import contextlib
 import time
 from functools import partial
+
+from record import append
 
 from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox
@@ -97,13 +99,8 @@ def main() -> None:
     parser.add_argument("--compute-n", type=int, default=3_000_000)
     args = parser.parse_args()
     sandbox = Sandbox(workers=args.workers)
-    ways = ("rerun, per-turn zygotes", "rerun, rollout-wide zygotes", "sessions")
-    print(
-        f"{args.trajectories} trajectories, {args.workers} workers; seconds for all (best of "
-        f"{args.repeats}), cells executed"
-    )
-    print(f"| cells | K | {' | '.join(ways)} | executed: rerun / sessions |")
-    print("| --- | --- |" + " --- |" * (len(ways) + 1))
+    rows = [("trajectories x workers", f"{args.trajectories} x {args.workers}")]
+    speedups = []
     for kind in ("trivial", "compute"):
         for k in CELL_COUNTS:
             cells = [cells_of(kind, t, k, args.compute_n) for t in range(args.trajectories)]
@@ -112,11 +109,25 @@ def main() -> None:
                 partial(rerun, sandbox, cells, rollout_wide=True),
                 partial(sessions, sandbox, cells),
             ]
-            results = [timed(run, args.repeats) for run in runs]
-            assert all(outputs == results[0][1] for _, outputs in results), kind
-            executed = f"{k * (k + 1) // 2} / {k + (k > 1)}"
-            seconds = " | ".join(f"{s:.2f}" for s, _ in results)
-            print(f"| {kind} | {k} | {seconds} | {executed} |", flush=True)
+            (old, _), (kept, _), (new, outputs) = results = [
+                timed(run, args.repeats) for run in runs
+            ]
+            assert all(outputs == other for _, other in results), kind
+            speedups.append(f"{kind} K={k} {old / new:.2f}x")
+            rows.append(
+                (
+                    f"{kind} cells, K = {k}: seconds, re-run (per-turn / rollout-wide zygotes) "
+                    "vs sessions",
+                    f"{old:.2f} / {kept:.2f} vs {new:.2f} (cells executed per trajectory: "
+                    f"{k * (k + 1) // 2} vs {k + (k > 1)}; best of {args.repeats})",
+                )
+            )
+            print(*rows[-1], sep=": ", flush=True)
+    append(
+        "Tool-loop cells: interpreter sessions vs re-running the history",
+        rows,
+        "sessions vs the old re-run with per-turn zygotes: " + ", ".join(speedups),
+    )
 
 
 if __name__ == "__main__":
