@@ -438,29 +438,27 @@ def test_bf16_training_updates_fp32_master_weights_and_returns_bf16(tiny, tmp_pa
     assert {p.dtype for p in loop.finish()["model"].parameters()} == {torch.bfloat16}
 
 
+def _learning_rates(settings: LoopSettings, steps: int) -> list[float]:
+    """The scheduler's learning rate at each of the first `steps` optimizer steps."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=settings.lr)
+    scheduler = make_scheduler(optimizer, settings)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return lrs
+
+
 @pytest.mark.parametrize(
     ("schedule", "expected"),
     [("cosine", [0.0, 0.5, 1.0, 0.5, 0.0]), ("constant", [0.0, 0.5, 1.0, 1.0, 1.0])],
 )
 def test_lr_schedule_warms_up_then_decays_or_stays(schedule, expected):
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     settings = LoopSettings(max_steps=4, lr=1.0, warmup_ratio=0.5, lr_schedule=schedule)
-    scheduler = make_scheduler(optimizer, settings)
-    lrs = []
-    for _ in range(5):
-        lrs.append(scheduler.get_last_lr()[0])
-        optimizer.step()
-        scheduler.step()
-    assert lrs == pytest.approx(expected, abs=1e-9)
+    assert _learning_rates(settings, 5) == pytest.approx(expected, abs=1e-9)
 
 
 def test_warmup_steps_override_the_ratio():
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     settings = LoopSettings(max_steps=10, lr=1.0, warmup_ratio=0.5, warmup_steps=2)
-    scheduler = make_scheduler(optimizer, settings)
-    lrs = []
-    for _ in range(3):
-        lrs.append(scheduler.get_last_lr()[0])
-        optimizer.step()
-        scheduler.step()
-    assert lrs[:3] == pytest.approx([0.0, 0.5, 1.0])
+    assert _learning_rates(settings, 3) == pytest.approx([0.0, 0.5, 1.0])
