@@ -25,6 +25,23 @@ RECIPES = {
 }
 
 
+def _commands(result, *verbs: str) -> list[list[str]]:
+    """The argv of each `reasonrl VERB` shell command a dry run printed (every verb when none
+    is named)."""
+    prefixes = tuple(f"Shell command: reasonrl {verb} " for verb in verbs) or (
+        "Shell command: reasonrl ",
+    )
+    return [
+        shlex.split(line.removeprefix("Shell command: "))
+        for line in result.stdout.splitlines()
+        if line.startswith(prefixes)
+    ]
+
+
+def _config_json(argv: list[str]) -> dict:
+    return json.loads(argv[argv.index("--config-json") + 1])
+
+
 def test_every_gpu_recipe_is_checked():
     assert {p.name for p in (REPO / "config").glob("gpu-*.yaml")} == set(RECIPES)
 
@@ -33,11 +50,7 @@ def test_every_gpu_recipe_is_checked():
 def test_recipe_trains_and_evaluates_the_papers_hub_model_with_vllm(snakemake, name):
     hub_id, lr = RECIPES[name]
     result = snakemake("-n", "-p", "--configfile", f"config/{name}")
-    commands = [
-        shlex.split(line.removeprefix("Shell command: "))
-        for line in result.stdout.splitlines()
-        if line.startswith("Shell command: reasonrl ")
-    ]
+    commands = _commands(result)
     sft = [argv for argv in commands if argv[1] == "sft"]
     evaluate = [argv for argv in commands if argv[1] == "evaluate"]
     assert sft and evaluate
@@ -49,9 +62,9 @@ def test_recipe_trains_and_evaluates_the_papers_hub_model_with_vllm(snakemake, n
         )
     assert any(argv[argv.index("--model") + 1] == hub_id for argv in sft)
     for argv in sft:
-        assert json.loads(argv[argv.index("--config-json") + 1])["sft"]["lr"] == lr
+        assert _config_json(argv)["sft"]["lr"] == lr
     for argv in evaluate:
-        assert json.loads(argv[argv.index("--config-json") + 1])["generation"]["engine"] == "vllm"
+        assert _config_json(argv)["generation"]["engine"] == "vllm"
     assert yaml.safe_load((REPO / "config" / name).read_text())["containers"]["gpu_images"]
 
 
@@ -61,14 +74,10 @@ MDPO_RECIPES = {"gpu-mdpo-gemma-7b.yaml": 4e-7, "gpu-mdpo-mistral-7b.yaml": 2e-7
 @pytest.mark.parametrize("name", sorted(MDPO_RECIPES))
 def test_mdpo_recipe_runs_three_rounds_with_the_papers_values(snakemake, name):
     result = snakemake("-n", "-p", "--configfile", f"config/{name}")
-    trains = [
-        shlex.split(line.removeprefix("Shell command: "))
-        for line in result.stdout.splitlines()
-        if line.startswith("Shell command: reasonrl preference-train ")
-    ]
+    trains = _commands(result, "preference-train")
     assert len(trains) == 3
     for argv in trains:
-        section = json.loads(argv[argv.index("--config-json") + 1])["preference"]
+        section = _config_json(argv)["preference"]
         assert section["train"]["lr"] == MDPO_RECIPES[name]
         assert section["train"]["batch_size"] * section["train"]["grad_accum"] == 32
         assert (section["sampling"]["latest"], section["sampling"]["previous"]) == (20, 10)
@@ -87,14 +96,8 @@ def test_other_recipes_run_no_preference_rounds(snakemake, name):
 
 def test_prm_recipe_annotates_with_sixteen_completions_and_trains_at_2e_6(snakemake):
     result = snakemake("-n", "-p", "--configfile", "config/gpu-prm-math-shepherd-mistral-7b.yaml")
-    commands = [
-        shlex.split(line.removeprefix("Shell command: "))
-        for line in result.stdout.splitlines()
-        if line.startswith(
-            ("Shell command: reasonrl annotate-prm ", "Shell command: reasonrl train")
-        )
-    ]
-    sections = [json.loads(argv[argv.index("--config-json") + 1]) for argv in commands]
+    commands = _commands(result, "annotate-prm", "train-reward-model")
+    sections = [_config_json(argv) for argv in commands]
     assert any(argv[1] == "annotate-prm" for argv in commands)
     for section in sections:
         rm = section["reward_models"]
@@ -105,29 +108,12 @@ def test_prm_recipe_annotates_with_sixteen_completions_and_trains_at_2e_6(snakem
 
 def test_pfppo_recipe_runs_ppo_with_the_papers_learning_rates(snakemake):
     result = snakemake("-n", "-p", "--configfile", "config/gpu-pfppo-deepseek-coder-6.7b.yaml")
-    ppo = [
-        shlex.split(line.removeprefix("Shell command: "))
-        for line in result.stdout.splitlines()
-        if line.startswith("Shell command: reasonrl ppo ")
-    ]
+    ppo = _commands(result, "ppo")
     assert sorted(argv[argv.index("--variant") + 1] for argv in ppo) == ["br", "bw", "m", "s"]
     for argv in ppo:
-        section = json.loads(argv[argv.index("--config-json") + 1])["ppo"]
+        section = _config_json(argv)["ppo"]
         assert (section["policy_lr"], section["critic_lr"]) == (5e-7, 9e-6)
         assert section["responses_per_prompt"] == 5
-
-
-def _commands(result, verb: str) -> list[list[str]]:
-    prefix = f"Shell command: reasonrl {verb} "
-    return [
-        shlex.split(line.removeprefix("Shell command: "))
-        for line in result.stdout.splitlines()
-        if line.startswith(prefix)
-    ]
-
-
-def _config_json(argv: list[str]) -> dict:
-    return json.loads(argv[argv.index("--config-json") + 1])
 
 
 @pytest.mark.parametrize(
