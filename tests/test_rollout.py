@@ -1,14 +1,19 @@
 """The multi-turn tool loop, driven by a scripted engine and the real sandbox."""
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
+from isolation import sandbox_processes
+from test_sessions import ours
 
+from reasonrl import rollout
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import load_schema
 from reasonrl.models import train_tokenizer
-from reasonrl.rollout import RolloutLimits, program_with_history, run_rollouts
-from reasonrl.sandbox import Sandbox
+from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts, run_rollouts
+from reasonrl.sandbox import Sandbox, SandboxLimits, program_with_history
+from reasonrl.tasks import prompt_messages
 
 PROBLEM = {
     "id": "p0",
@@ -134,6 +139,114 @@ def test_rows_follow_the_schema_and_all_samples_advance_together(sandbox):
         jsonschema.validate(row, load_schema("trajectory"))
 
 
+def _outputs(row: dict) -> list[str]:
+    """The interpreter's turns (after the prompt), without their ```output fence."""
+    users = [m["content"] for m in row["messages"] if m["role"] == "user"][1:]
+    return [text.removeprefix("```output\n").removesuffix("\n```") for text in users]
+
+
+def test_a_notebook_three_cells_long(sandbox):
+    engine = ScriptedEngine(
+        ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```python\nprint(n)\n```"]
+    )
+    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=3))
+    assert _outputs(row) == ["", "2", "2"] and row["tool_status"] == ["ok"] * 3
+
+
+def test_later_cells_run_once_and_show_only_their_own_output(sandbox):
+    # Re-running the history before each cell would show cell 1's os.write again (it goes
+    # past sys.stdout) and draw another random number for cell 3.
+    engine = ScriptedEngine(
+        [
+            "```python\nn = 1\nimport os\nos.write(1, b'cell one\\n')\n```",
+            "```python\nn += 1\nimport random\nr = random.random()\nprint(n, r)\n```",
+            "```python\nprint(n, r)\n```",
+            "\\boxed{2}",
+        ]
+    )
+    (row,) = _roll(engine, sandbox)
+    outputs = _outputs(row)
+    assert outputs[0] == "cell one" and outputs[1].startswith("2 0.")
+    assert outputs[2] == outputs[1]
+    assert row["tool_status"] == ["ok"] * 3
+
+
+def test_a_first_cell_that_raised_leaves_its_state(sandbox):
+    engine = ScriptedEngine(
+        ["```python\nx = 1\nraise ValueError\nx = 2\n```", "```python\nprint(x)\n```"]
+    )
+    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=2))
+    assert row["tool_status"] == ["error", "ok"] and _outputs(row)[1] == "1"
+
+
+def test_a_timeout_in_a_later_cell_is_reported_and_leaves_no_process():
+    fast = Sandbox(SandboxLimits(cpu_seconds=1, wall_seconds=3))
+    engine = ScriptedEngine(
+        ["```python\nx = 1\n```", "```python\nwhile True:\n    pass\n```", "\\boxed{1}"]
+    )
+    (row,) = _roll(engine, fast)
+    assert row["tool_status"] == ["ok", "timeout"]
+    assert "[timeout:" in _outputs(row)[1]
+    assert sandbox_processes() == [] and ours() == []
+
+
+def test_trajectories_have_sessions_of_their_own(sandbox):
+    engine = ScriptedEngine(
+        ["```python\npass\n```", "```python\nprint('v' in globals())\nv = 1\n```"]
+    )
+    rows = _roll(engine, sandbox, RolloutLimits(max_turns=2), n=3)
+    assert [_outputs(row) for row in rows] == [["", "False"]] * 3
+
+
+def test_past_max_sessions_later_cells_rerun_their_history(sandbox, monkeypatch):
+    monkeypatch.setattr(rollout, "MAX_SESSIONS", 1)
+    engine = ScriptedEngine(
+        ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```python\nprint(n)\n```"]
+    )
+    rows = _roll(engine, sandbox, RolloutLimits(max_turns=3), n=2)
+    assert [_outputs(row) for row in rows] == [["", "2", "2"]] * 2
+    assert sandbox_processes() == [] and ours() == []
+
+
+def test_a_continued_rollout_replays_its_prefixs_cells_once_in_a_session(sandbox):
+    first = "```python\nx = 5\nimport os\nos.write(1, b'prefix ran\\n')\n```"
+    messages = [
+        *prompt_messages(PROBLEM, "tool"),
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "```output\nprefix ran\n```"},
+    ]
+    engine = ScriptedEngine([first, "```python\nprint(x)\n```", "```python\nprint(x + 1)\n```"])
+    prefix = RolloutPrefix(PROBLEM, messages)
+    (row,) = continue_rollouts(
+        engine, [prefix], SamplingParams(), RolloutLimits(max_turns=3), sandbox
+    )
+    assert _outputs(row)[1:] == ["5", "6"] and row["tool_status"] == ["ok", "ok"]
+    assert sandbox_processes() == [] and ours() == []
+
+
+class FailingEngine(ScriptedEngine):
+    """Raises at its `fail_at`-th generate call, as an interrupted rollout would."""
+
+    def __init__(self, script: list[str], fail_at: int):
+        super().__init__(script)
+        self.fail_at = fail_at
+
+    def generate(self, prompts, params: SamplingParams):
+        if len(self.budgets) + 1 == self.fail_at:
+            raise RuntimeError("interrupted")
+        return super().generate(prompts, params)
+
+
+def test_sessions_are_closed_when_the_rollout_ends_or_fails(sandbox):
+    daemon = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)"
+    script = ["```python\nx = 1\n```", f"```python\n{daemon}\n```", "```python\nprint(x)\n```"]
+    _roll(ScriptedEngine(script), sandbox, RolloutLimits(max_turns=3), n=2)
+    assert sandbox_processes() == [] and ours() == []
+    with pytest.raises(RuntimeError, match="interrupted"):
+        _roll(FailingEngine(script, fail_at=3), sandbox, RolloutLimits(max_turns=3), n=2)
+    assert sandbox_processes() == [] and ours() == []
+
+
 def test_program_with_history_swallows_old_errors():
     program = program_with_history(["x = 1\nprint('old')", "raise ValueError"], "print(x + 1)")
     namespace: dict = {}
@@ -168,3 +281,45 @@ def test_an_answer_planted_by_a_code_cell_is_never_the_trajectorys(sandbox, scri
     assert outputs and "\\boxed{42}" in outputs[0] and "The answer is 42." in outputs[0]
     assert row["final_answer"] != "42" and not row["correct"], row
     assert [m["role"] for m in row["messages"]][:3] == ["user", "assistant", "user"]
+
+
+class FakeSession:
+    def __init__(self, closed: list[str], name: str, fails: bool = False):
+        self.closed, self.name, self.fails = closed, name, fails
+
+    def close(self) -> None:
+        self.closed.append(self.name)
+        if self.fails:
+            raise OSError(f"{self.name} failed to close")
+
+
+def test_every_session_is_closed_even_if_one_close_raises():
+    closed: list[str] = []
+    states = [
+        SimpleNamespace(session=FakeSession(closed, name, fails=name == "b"))
+        for name in ("a", "b", "c")
+    ]
+    with pytest.raises(OSError, match="b failed"):
+        rollout._close_sessions(states)
+    assert sorted(closed) == ["a", "b", "c"]
+    assert [state.session for state in states] == [None] * 3
+
+
+def _capped(monkeypatch, soft_nofile: int, pool_memory_mb: int = 0, workers: int = 2) -> int:
+    monkeypatch.setattr(rollout.resource, "getrlimit", lambda kind: (soft_nofile, soft_nofile))
+    sandbox = SimpleNamespace(
+        pool_memory_mb=pool_memory_mb, workers=workers, limits=SimpleNamespace(memory_mb=256)
+    )
+    return rollout.session_cap(sandbox)
+
+
+def test_open_sessions_are_capped_by_our_descriptor_limit(monkeypatch):
+    assert _capped(monkeypatch, 1024) == 64  # 1024 // 16
+    assert _capped(monkeypatch, 1 << 20) == rollout.MAX_SESSIONS
+    assert _capped(monkeypatch, rollout.resource.RLIM_INFINITY) == rollout.MAX_SESSIONS
+
+
+def test_open_sessions_are_capped_by_the_pools_memory_beside_its_workers(monkeypatch):
+    assert _capped(monkeypatch, 1 << 20, pool_memory_mb=4096, workers=2) == 14  # 16 - 2
+    assert _capped(monkeypatch, 1 << 20, pool_memory_mb=512, workers=4) == 0
+    assert _capped(monkeypatch, 1024, pool_memory_mb=1 << 20) == 64

@@ -19,6 +19,14 @@ outlive a program and cannot be listed without mounting, are refused by the secc
 The zygote is the pid namespace's init (bwrap --as-pid-1): a program sees pid 1 and its own
 processes only, as in a fresh sandbox, and the zygote reaps the orphans that come to it.
 
+A session (reasonrl.sandbox.Session) is such a program whose main process does not end with
+its code: it runs one cell after another in one namespace, each read from /tmp/main.py when
+the caller sends the cell's token on a channel of its own (a socket it keeps, the one
+descriptor of ours it has, not inherited across exec), answering "<token> <exit status>"
+there. The zygote supervises it as any program, and watches the CPU time of each cell (see
+check_cpu); "arm N" from the caller starts a cell's, and "end" after it kills every process
+the cell started (see end_cell).
+
 The caller side (`Zygote`) talks to it over a SOCK_SEQPACKET socket: a request carries the
 numbers (limits, uid) and the program's descriptors (stdin, stdout, stderr, ready pipe,
 cgroup); the program itself is written beforehand into a file of the caller's folder that is
@@ -57,8 +65,9 @@ _START_TIMEOUT_S = 60.0
 _EXIT_GRACE_S = 5.0
 
 # The program's side of a sandbox, for the fresh sandbox's bootstrap and the zygote's forked
-# child alike (given os, resource, sys and the numbers cpu, mem, nproc, fsize, uid, ready, site
-# and path): the rlimits (a negative value leaves one alone), the uid drop (root is exempt from
+# child alike (given os, resource, sys and the numbers cpu, mem, nproc, fsize, uid, ready, site,
+# keep (a session's channel to the caller, the one descriptor the program keeps; else 2) and
+# path): the rlimits (a negative value leaves one alone), the uid drop (root is exempt from
 # RLIMIT_NPROC), the ready byte, no descriptor of ours left open, stdout and stderr unbuffered
 # as under `python -u`, site-packages only when asked for, and the program's source read.
 CONFINE_SOURCE = """\
@@ -73,7 +82,8 @@ if uid >= 0:
     os.setgid(uid)
     os.setuid(uid)
 os.write(ready, b"1")
-os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no descriptor of ours
+os.closerange(3, keep)  # the program inherits no descriptor of ours but `keep` (see above)
+os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
 import io
 def unbuffered(fd, errors):
     raw = io.FileIO(fd, "w", closefd=False)
@@ -95,14 +105,16 @@ if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxE
 # byte).
 ZYGOTE_SOURCE = (
     """\
-import array, os, resource, select, shutil, signal, socket, sys, time
+import array, contextlib, os, resource, select, shutil, signal, socket, sys, time
 CTRL = socket.socket(fileno=int(sys.argv[1]))
+TICKS = os.sysconf("SC_CLK_TCK")
 PRELOADED = sys.argv[2].split(",")
 ORPHAN_REAP_S = 0.05
 def receive():
     fds = array.array("i")
     message = b"kill"
-    while message == b"kill":  # a kill that crossed the last exit message: nothing to kill
+    # a kill, arm or end that crossed the last exit message: nothing to kill, arm or end
+    while message in (b"kill", b"end") or message.startswith(b"arm "):
         message, extra, _, _ = CTRL.recvmsg(4096, socket.CMSG_SPACE(8 * fds.itemsize))
     if not message:
         os._exit(0)  # the caller closed the zygote
@@ -164,16 +176,88 @@ def kill_uid(uid):
             break
     if status != 0:
         os._exit(3)  # cannot promise that nothing of the program survives: stop here
-def supervise(child, uid):
+def stat_fields(pid):
+    # /proc/PID/stat from the state on (field 3)
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()
+def cpu_ticks(pid):
+    # the process's CPU time so far, all its threads, and that of the children it waited for
+    # (/proc's utime, stime, cutime and cstime)
+    return sum(int(n) for n in stat_fields(pid)[11:15])
+def session_ticks(child, uid):
+    # A session's CPU time so far: its process's (OSError once that is gone), its other
+    # processes' (a cell's children count), and what the zygote reaped (orphans: their time
+    # leaves /proc with them; the zygote reaps nothing else while a program runs).
+    total = cpu_ticks(child)
+    for pid in others_of(uid):
+        if int(pid) != child:
+            with contextlib.suppress(OSError):
+                total += cpu_ticks(pid)
+    reaped = os.times()
+    return total + round((reaped.children_user + reaped.children_system) * TICKS)
+def end_cell(child, uid):
+    # A session's cell has ended: no process of it but the session's own runs on until the
+    # next cell (its CPU time would be no cell's). The others are killed, again until none is
+    # left (zombies are left to their parent). Then None; the session's wait status if it
+    # has ended meanwhile, or was killed as they could not be (outrun by forks).
+    for _ in range(1000):
+        status = reap(child)
+        if status is not None:
+            return status
+        rest = [int(p) for p in others_of(uid) if int(p) != child and not is_zombie(p)]
+        if not rest:
+            return None
+        for pid in rest:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.001)
+    os.kill(child, signal.SIGKILL)
+    return os.waitpid(child, 0)[1]
+def is_zombie(pid):
+    try:
+        return stat_fields(pid)[0] in ("Z", "X")
+    except OSError:
+        return True  # gone, reaped
+def check_cpu(child, uid, cpu_end):
+    # A session's cell may use the session's CPU time up to cpu_end (ticks): past it SIGXCPU,
+    # as at RLIMIT_CPU's soft limit (the program may catch it), a second later SIGKILL, as at
+    # the hard limit. (RLIMIT_CPU itself counts each process's whole life, and the zygote may
+    # lack CAP_SYS_RESOURCE to raise a process's hard limit before each cell.)
+    try:
+        used = session_ticks(child, uid)
+        if used >= cpu_end:
+            hard = used >= cpu_end + TICKS
+            os.kill(child, signal.SIGKILL if hard else signal.SIGXCPU)
+    except OSError:
+        pass  # it has ended: reaped next
+def supervise(child, uid, cell_cpu):
     # Until the program's main process ends, or the caller asks for a kill (or is gone);
     # then that process first (reaped, so that its zombie does not count), then the rest.
-    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S.
+    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S, and so is a session's CPU
+    # time checked: cell_cpu seconds for its first cell, and "arm N" (before each next cell)
+    # gives it N seconds from then on, answered "armed"; "end" (after each cell) kills its
+    # other processes (see end_cell), answered "ended".
     pidfd = os.pidfd_open(child)
     status = None
     caller_gone = False
+    cpu_end = session_ticks(child, uid) + cell_cpu * TICKS if cell_cpu else None
     while status is None:
         if CTRL in select.select([pidfd, CTRL], [], [], ORPHAN_REAP_S)[0]:
-            caller_gone = CTRL.recv(64) != b"kill"
+            message = CTRL.recv(64)
+            if message == b"end":
+                status = end_cell(child, uid)
+                if status is None:
+                    CTRL.send(b"ended")
+                continue
+            if message.startswith(b"arm "):
+                try:
+                    seconds = int(message.split()[1])
+                    cpu_end = session_ticks(child, uid) + seconds * TICKS
+                    CTRL.send(b"armed")
+                except OSError:
+                    pass  # the program has ended: its exit is what the caller hears next
+                continue
+            caller_gone = message != b"kill"
             try:
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
@@ -181,6 +265,8 @@ def supervise(child, uid):
             status = os.waitpid(child, 0)[1]
         else:
             status = reap(child)
+            if status is None and cpu_end is not None:
+                check_cpu(child, uid, cpu_end)
     os.close(pidfd)
     kill_uid(uid)
     if caller_gone:
@@ -216,20 +302,25 @@ def serve():
             return numbers, fds
         for fd in fds:
             os.close(fd)
-        CTRL.send(b"exit %d" % supervise(child, numbers[4]))
+        CTRL.send(b"exit %d" % supervise(child, numbers[4], numbers[7]))
         empty("/tmp")
         empty("/dev/shm")
         remove_sysv_ipc()
-def make_runner(sys, os, signal):
-    # its own closure: the program's __main__ holds none of our names
+def make_runner(sys, os, signal, channel, path):
+    # its own closure: the program's __main__ holds none of our names. channel: a session's
+    # socket to the caller (None for a single program). The builtins it needs are bound here,
+    # once: looked up at run time they would come from __main__, the program's namespace,
+    # where a cell's `from re import compile` or `from os import *` would replace them.
+    import builtins, types
+    b = types.SimpleNamespace(**vars(builtins))  # a copy: later changes to builtins miss it
     def exit_status(code):
         if code is None:
             return 0
-        if isinstance(code, int) and -2**31 <= code < 2**31:
+        if b.isinstance(code, b.int) and -2**31 <= code < 2**31:
             return code
         try:
             sys.stderr.write(f"{code}\\n")
-        except BaseException:
+        except b.BaseException:
             pass
         return 1
     def run_program(code, namespace):
@@ -239,30 +330,72 @@ def make_runner(sys, os, signal):
         status = 0
         interrupted = False
         try:
-            exec(code, namespace)
-        except SystemExit as exc:
+            b.exec(code, namespace)
+        except b.SystemExit as exc:
             status = exit_status(exc.code)
-        except BaseException as exc:
-            status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+        except b.BaseException as exc:
+            status, interrupted = 1, b.isinstance(exc, b.KeyboardInterrupt)
             exc.__traceback__ = exc.__traceback__.tb_next  # from the program's frame on
-            sys.excepthook(type(exc), exc, exc.__traceback__)
+            sys.excepthook(b.type(exc), exc, exc.__traceback__)
         if "threading" in sys.modules:
             try:
                 sys.modules["threading"]._shutdown()
-            except BaseException as exc:
+            except b.BaseException as exc:
                 sys.unraisablehook(exc)
         import atexit
         atexit._run_exitfuncs()
         for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
             try:
                 stream.flush()
-            except BaseException:
+            except b.BaseException:
                 status = failed_status
         if interrupted:  # as the interpreter ends on an uncaught KeyboardInterrupt
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(status & 0xFF)
-    return run_program
+    def run_cell(source, namespace):
+        # One cell of a session, in the namespace the earlier cells left: its exception or
+        # exit status, its non-daemon threads joined, stdout and stderr flushed; the process
+        # and its namespace stay (atexit handlers never run: the session ends with a kill).
+        status = 0
+        try:
+            if b"\\0" in source:
+                raise b.SyntaxError("source code string cannot contain null bytes")
+            b.exec(b.compile(source, path, "exec"), namespace)
+        except b.SystemExit as exc:
+            status = exit_status(exc.code)
+        except b.BaseException as exc:
+            status = 1
+            exc.__traceback__ = exc.__traceback__.tb_next  # from the cell's frame on
+            sys.excepthook(b.type(exc), exc, exc.__traceback__)
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            try:
+                for thread in threading.enumerate():
+                    if not thread.daemon and thread is not threading.current_thread():
+                        thread.join()
+            except b.BaseException as exc:
+                sys.unraisablehook(exc)
+        for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
+            try:
+                stream.flush()
+            except b.BaseException:
+                status = failed_status
+        return status & 0xFF
+    def run_session(source, namespace):
+        # Before each cell the caller sends its token (the first cell's with the program);
+        # the cell's exit status goes back after it, so that what a thread or a child of an
+        # earlier cell writes on the channel is no cell's end. The next cell is read from the
+        # script file (rewritten by the caller) once its token has come; EOF: the end.
+        token = channel.recv(64)
+        while token:
+            channel.send(token + b" %d" % run_cell(source, namespace))
+            token = channel.recv(64)
+            if token:
+                with b.open(path, "rb") as script:
+                    source = script.read()
+        os._exit(0)
+    return run_program if channel is None else run_session
 # Modules the code checker (reasonrl.code_eval) and most programs import, loaded once here
 # rather than in every program (forked children share them; none of their state is shared
 # back: each program changes only its own copy).
@@ -272,10 +405,11 @@ compile("pass", "<warm-up>", "exec")  # the compiler's first use sets up its sta
 import gc
 gc.freeze()  # the collector never walks (so never copies) the pages the children share
 numbers, fds = serve()
-cpu, mem, nproc, fsize, uid, site, cgroup = numbers
+cpu, mem, nproc, fsize, uid, site, cgroup, session = numbers  # session: a cell's CPU seconds
 stdin, stdout, stderr, ready = fds[:4]
 if cgroup:
     os.write(fds[4], b"0")
+keep = fds[-1] if session else 2  # a session's channel to the caller, its last descriptor
 os.chdir("/tmp")
 for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
     os.dup2(fd, target)
@@ -283,8 +417,11 @@ path = "/tmp/main.py"
 """
     + CONFINE_SOURCE
     + """\
-code = compile(source, path, "exec")
-run = make_runner(sys, os, signal)
+# A session compiles each cell itself: a cell's SyntaxError ends that cell, not the session.
+code = source if session else compile(source, path, "exec")
+if session:
+    os.set_inheritable(keep, False)  # a program the session runs does not get the channel
+run = make_runner(sys, os, signal, socket.socket(fileno=keep) if session else None, path)
 sys.argv = [path]
 __file__ = path
 # The program runs in __main__'s namespace, as under `python path`, without our names.
@@ -370,12 +507,16 @@ class Zygote:
         """False once the zygote has gone (its end of the socket reads EOF) or broke."""
         return not self.broken and not _wait_readable(self.ctrl.fileno(), 0)
 
-    def start_program(self, code: bytes, numbers: list[int], fds: list[int]) -> None:
-        """Ask for a program run: its code, numbers (limits, uid, flags) and descriptors."""
+    def write_script(self, code: bytes) -> None:
+        """The code the program (or a session's next cell) reads from /tmp/main.py."""
         # Rewritten in place: the sandbox's /tmp/main.py is a bind of this very file.
         script = os.open(self._script, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         with open(script, "wb") as script_file:
             script_file.write(code)
+
+    def start_program(self, code: bytes, numbers: list[int], fds: list[int]) -> None:
+        """Ask for a program run: its code, numbers (limits, uid, flags) and descriptors."""
+        self.write_script(code)
         header = " ".join(str(n) for n in numbers).encode()
         message = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
         try:
@@ -383,6 +524,35 @@ class Zygote:
         except OSError as exc:
             self.broken = True
             raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
+
+    def arm_cpu(self, seconds: int) -> int | None:
+        """Before a session's next cell: its processes may use `seconds` of CPU time from
+        now (the zygote watches them). None once armed; the wait status if it has ended."""
+        return self._ask(b"arm %d" % seconds, b"armed", "a CPU limit request")
+
+    def end_cell(self) -> int | None:
+        """After a session's cell: every process of it but its own is killed, so nothing of
+        the cell runs on. None once done; the wait status if the session has ended."""
+        return self._ask(b"end", b"ended", "the end of a cell")
+
+    def _ask(self, request: bytes, answer: bytes, what: str) -> int | None:
+        """Send a request about the running program: None once answered, the program's wait
+        status if it has ended (the zygote says so instead)."""
+        try:
+            self.ctrl.send(request)
+        except OSError as exc:
+            self.broken = True
+            raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
+        if _wait_readable(self.ctrl.fileno(), _EXIT_GRACE_S):
+            with contextlib.suppress(OSError):
+                message = self.ctrl.recv(64)
+                if message == answer:
+                    return None
+                if message.startswith(b"exit "):
+                    return int(message.split()[1])
+        self.broken = True
+        self._kill_sandbox()
+        raise ZygoteBroken(f"the sandbox zygote did not answer {what}")
 
     def kill_program(self) -> None:
         """Ask the zygote to kill the program in progress and everything of its uid."""

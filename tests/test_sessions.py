@@ -1,0 +1,281 @@
+"""Interpreter sessions: a trajectory's cells share one process and namespace, run once each.
+
+Re-running the earlier cells before each new one (the tool loop's old way) gives the same
+namespace for deterministic cells; what tells the two apart is what a process cannot repeat
+(its pid, fresh random numbers, the clock) and output written past sys.stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from isolation import caller_of, sandbox_processes
+
+from reasonrl.sandbox import Sandbox, SandboxLimits, bwrap_available
+from reasonrl.zygote import Zygote
+
+pytestmark = [
+    pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed"),
+    pytest.mark.timeout(120),
+]
+
+FAST = SandboxLimits(cpu_seconds=1, wall_seconds=3, memory_mb=256, max_output_chars=1024)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    return Sandbox(FAST)
+
+
+def ours() -> list[int]:
+    """Every process of a sandbox this process ran (zygotes and bwrap included)."""
+    pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    return [pid for pid in pids if pid != os.getpid() and caller_of(pid) == os.getpid()]
+
+
+def run_cells(sandbox: Sandbox, cells: list[str], history: list[str] | None = None):
+    with sandbox.warm():
+        session = sandbox.session(history or [])
+        try:
+            return [session.run(cell) for cell in cells]
+        finally:
+            session.close()
+
+
+def test_cells_share_one_process_and_run_once(sandbox):
+    results = run_cells(
+        sandbox,
+        [
+            "n = 1",
+            "n += 1\nprint(n)",
+            "print(n)",
+            "import os, random\nr = random.random()\nprint(os.getpid(), r)",
+            "print(os.getpid(), r)",  # re-running the cell before would give another pid and r
+        ],
+    )
+    assert [r.status for r in results] == ["ok"] * 5
+    assert [r.stdout for r in results[:3]] == ["", "2\n", "2\n"]
+    assert results[3].stdout == results[4].stdout
+
+
+def test_a_cell_that_raised_leaves_its_state_and_its_output_is_its_own(sandbox):
+    results = run_cells(
+        sandbox,
+        [
+            "x = 1\nprint('first')\nraise ValueError('half-way')\nx = 99",
+            "import os\nos.write(1, b'past sys.stdout\\n')\nprint(x)",
+            "y = x + 1\n1 / 0",
+            "print(x, y)",
+        ],
+    )
+    assert [r.status for r in results] == ["error", "ok", "error", "ok"]
+    assert results[0].stdout == "first\n" and "ValueError: half-way" in results[0].output
+    assert results[1].stdout == "past sys.stdout\n1\n"
+    assert "ZeroDivisionError" in results[2].output and 'main.py", line 2' in results[2].output
+    assert results[3].stdout == "1 2\n"  # nothing of the earlier cells' output again
+
+
+def test_what_a_thread_writes_between_cells_is_no_cells_output(sandbox):
+    late = (
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('late')), daemon=True).start()"
+    )
+    with sandbox.warm():
+        session = sandbox.session()
+        try:
+            first = session.run(late)
+            time.sleep(0.8)
+            second = session.run("print('mine')")
+        finally:
+            session.close()
+    assert first.stdout == "" and second.stdout == "mine\n"
+
+
+def test_history_is_replayed_once_silently_even_past_sys_stdout(sandbox):
+    history = ["import os\nos.write(1, b'history ran\\n')\nseen = 1", "seen += 1\nprint('no')"]
+    results = run_cells(sandbox, ["print(seen)", "print(seen)"], history)
+    assert [r.stdout for r in results] == ["2\n", "2\n"]
+
+
+def test_a_cell_that_shadows_builtins_breaks_no_later_cell(sandbox):
+    cells = ["from re import compile", "from os import *", "import os\nprint(1 + 1, os.getpid())"]
+    results = run_cells(sandbox, [*cells, "print(os.getpid())"])
+    assert [r.status for r in results] == ["ok"] * 4
+    two, pid = results[2].stdout.split()
+    assert two == "2" and results[3].stdout == f"{pid}\n"  # the same process: no restart
+
+
+def test_a_replayed_history_that_shadows_builtins_is_replayed_whole(sandbox):
+    history = ["from re import compile", "from os import *", "x = 41"]
+    assert run_cells(sandbox, ["print(x + 1)"], history)[0].stdout == "42\n"
+
+
+def test_each_cell_has_its_own_cpu_time_and_a_timeout_ends_only_its_session(sandbox):
+    spin = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass"
+    with sandbox.warm():
+        spinning, other = sandbox.session(), sandbox.session()
+        try:
+            # 0.6 s of CPU each: over the 1 s limit together, not one by one
+            first = [spinning.run(spin.format(0.6)) for _ in range(3)]
+            other.run("b = 'kept'")
+            looping = spinning.run("while True: pass")
+            after = other.run("print(b)")
+        finally:
+            spinning.close()
+            other.close()
+    assert [r.status for r in first] == ["ok"] * 3
+    assert looping.status == "timeout" and looping.duration < FAST.wall_seconds
+    assert after.status == "ok" and after.stdout == "kept\n"
+    assert sandbox_processes() == []
+
+
+def test_a_cell_that_ignores_sigxcpu_is_killed_a_second_later(sandbox):
+    ignoring = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass"
+    first, looping = run_cells(sandbox, ["x = 1", ignoring])
+    assert first.status == "ok" and looping.status == "timeout"
+    assert sandbox_processes() == []
+
+
+def test_a_session_whose_process_ended_between_cells_replays_them_in_a_new_one(sandbox):
+    ends_soon = (
+        "import os, threading, time\nstarted = time.monotonic()\nx = 41\n"
+        "ender = threading.Timer(0.5, os._exit, (0,))\nender.daemon = True\nender.start()"
+    )
+    with sandbox.warm():
+        session = sandbox.session()
+        try:
+            assert session.run(ends_soon).status == "ok"
+            time.sleep(1.0)  # the timer ends the process meanwhile
+            again = session.run("x += 1\nprint(x, time.monotonic() - started < 0.5)")
+        finally:
+            session.close()
+    assert again.status == "ok" and again.stdout == "42 True\n"  # a new process, a new start
+
+
+def test_output_over_the_cap_found_after_a_cell_ended_ends_its_session(sandbox, monkeypatch):
+    # A thread floods stdout just after its cell says it is done (the zygote is slow to end
+    # the cell here), so the output limit is found while the cell's output is drained; not
+    # on a silent replay, where stdout is /dev/null.
+    floods_late = (
+        "import threading, time\n"
+        "def flood():\n    time.sleep(0.1)\n    while True: os.write(1, b'x' * 4096)\n"
+        "if os.readlink('/proc/self/fd/1') != os.devnull:\n"
+        "    threading.Thread(target=flood, daemon=True).start()"
+    )
+    end_cell = Zygote.end_cell
+
+    def slow_end_cell(zygote: Zygote) -> int | None:
+        status = end_cell(zygote)
+        time.sleep(0.5)
+        return status
+
+    monkeypatch.setattr(Zygote, "end_cell", slow_end_cell)
+    pid = "import os\nprint(os.getpid())"
+    first, flooded, after = run_cells(sandbox, [pid, floods_late, pid])
+    assert flooded.status == "output-limit"
+    assert after.status == "ok" and after.stdout != first.stdout  # a new process
+
+
+def test_a_forged_end_of_cell_does_not_cut_the_cell_short(sandbox):
+    forges = (
+        "import os, time\n"
+        "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+        "    for forged in (b'0', b'0 0', b'1 0'):\n"
+        "        try:\n            os.write(fd, forged)\n"
+        "        except OSError:\n            pass\n"
+        "time.sleep(1)\nprint('late')"
+    )
+    forged, after = run_cells(sandbox, [forges, "print('mine')"])
+    assert forged.status == "ok" and forged.stdout.endswith("late\n")
+    assert after.status == "ok" and after.stdout == "mine\n"
+
+
+def test_a_program_a_cell_runs_does_not_get_the_sessions_channel(sandbox):
+    lists_fds = "import os\nprint(sorted(os.listdir('/proc/self/fd')))"
+    command = f"[sys.executable, '-c', {lists_fds!r}]"
+    runs = f"import subprocess, sys\nsubprocess.run({command}, close_fds=False)"
+    (result,) = run_cells(sandbox, [runs])
+    assert result.stdout == "['0', '1', '2', '3']\n"  # 3: the listing's own
+
+
+def test_sessions_do_not_see_each_other(sandbox):
+    with sandbox.warm():
+        a, b = sandbox.session(), sandbox.session()
+        try:
+            a.run("secret = 1\nopen('/tmp/a-file', 'w').write('x')")
+            seen = b.run("import os\nprint('secret' in globals(), sorted(os.listdir('/tmp')))")
+        finally:
+            a.close()
+            b.close()
+    assert seen.stdout == "False ['main.py']\n"
+
+
+# In a cell: the live processes of the session's uid but the cell's own (zombies are left
+# to their parent, the session's process, which never waited for them).
+OTHERS_IN_CELL = (
+    "import os\n"
+    "def others():\n"
+    "    found = []\n"
+    "    for pid in (p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()):\n"
+    "        try:\n"
+    "            state = open(f'/proc/{pid}/stat').read().rpartition(')')[2].split()[0]\n"
+    "            uid = os.stat(f'/proc/{pid}').st_uid\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        found += [pid] if uid == os.getuid() and state != 'Z' else []\n"
+    "    return found\n"
+)
+
+
+def live(pids: list[int]) -> list[int]:
+    """Those not zombies (the session's process never waited for its killed children)."""
+    states = {}
+    for pid in pids:
+        try:
+            states[pid] = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+    return [pid for pid, state in states.items() if state != "Z"]
+
+
+def test_no_child_of_a_cell_outlives_it(sandbox):
+    forks = (
+        "import os\n"
+        "if os.fork() == 0:\n    os.setsid()\n    while True: pass\n"
+        "if os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(60)\n"
+        "print('started', len(others()))"
+    )
+    with sandbox.warm():
+        session = sandbox.session([OTHERS_IN_CELL])
+        try:
+            started = session.run(forks)
+            if sandbox.drops_root:  # (sandbox uids are ours to count only as root)
+                assert len(live(sandbox_processes())) == 1  # the session's process only
+            after = session.run("print(others())")
+        finally:
+            session.close()
+        assert sandbox_processes() == []
+    assert started.stdout == "started 2\n"
+    assert after.status == "ok" and after.stdout == "[]\n"
+    assert ours() == []
+
+
+def test_a_cells_children_count_against_its_cpu_time(sandbox):
+    waits_for_a_spinning_child = (
+        "import os\npid = os.fork()\nif pid == 0:\n    while True: pass\nos.waitpid(pid, 0)"
+    )
+    first, spinning = run_cells(sandbox, ["x = 1", waits_for_a_spinning_child])
+    assert first.status == "ok"
+    assert spinning.status == "timeout" and spinning.duration < FAST.wall_seconds
+    assert sandbox_processes() == []
+
+
+def test_sessions_without_zygotes_replay_the_history_for_each_cell():
+    plain = Sandbox(FAST, zygote=False)
+    session = plain.session()
+    results = [session.run(cell) for cell in ("n = 1", "n += 1\nprint(n)", "print(n)")]
+    session.close()
+    assert [r.stdout for r in results] == ["", "2\n", "2\n"]
