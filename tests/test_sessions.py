@@ -1,8 +1,9 @@
 """Interpreter sessions: a trajectory's cells share one process and namespace, run once each.
 
-Re-running the earlier cells before each new one (the tool loop's old way) gives the same
-namespace for deterministic cells; what tells the two apart is what a process cannot repeat
-(its pid, fresh random numbers, the clock) and output written past sys.stdout.
+A session's cell prints what the tool loop's re-run program (program_with_history: the
+earlier cells re-run silently, then the cell) prints, tracebacks and limits included; what
+tells the two apart is what a process cannot repeat (its pid, fresh random numbers, the
+clock) and output an earlier cell wrote past sys.stdout, which a re-run writes again.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from isolation import caller_of, sandbox_processes
 
-from reasonrl.sandbox import Sandbox, SandboxLimits, bwrap_available
+from reasonrl.sandbox import Sandbox, SandboxLimits, bwrap_available, program_with_history
 from reasonrl.zygote import Zygote
 
 pytestmark = [
@@ -74,7 +75,8 @@ def test_a_cell_that_raised_leaves_its_state_and_its_output_is_its_own(sandbox):
     assert [r.status for r in results] == ["error", "ok", "error", "ok"]
     assert results[0].stdout == "first\n" and "ValueError: half-way" in results[0].output
     assert results[1].stdout == "past sys.stdout\n1\n"
-    assert "ZeroDivisionError" in results[2].output and 'main.py", line 2' in results[2].output
+    # line 2 of the cell, after the re-run program's 2 + 5 * 2 lines that re-run cells 1 and 2
+    assert "ZeroDivisionError" in results[2].output and 'main.py", line 14' in results[2].output
     assert results[3].stdout == "1 2\n"  # nothing of the earlier cells' output again
 
 
@@ -94,42 +96,48 @@ def test_what_a_thread_writes_between_cells_is_no_cells_output(sandbox):
     assert first.stdout == "" and second.stdout == "mine\n"
 
 
-def test_history_is_replayed_once_silently_even_past_sys_stdout(sandbox):
+def test_history_is_replayed_once_as_the_rerun_program_replays_it(sandbox):
     history = ["import os\nos.write(1, b'history ran\\n')\nseen = 1", "seen += 1\nprint('no')"]
     results = run_cells(sandbox, ["print(seen)", "print(seen)"], history)
-    assert [r.stdout for r in results] == ["2\n", "2\n"]
+    # The first cell is the re-run program (its os.write goes past the silenced sys.stdout);
+    # the second runs alone, where a re-run would write "history ran" again.
+    assert [r.stdout for r in results] == ["history ran\n2\n", "2\n"]
 
 
-def test_a_cell_that_shadows_builtins_breaks_no_later_cell(sandbox):
-    cells = ["from re import compile", "from os import *", "import os\nprint(1 + 1, os.getpid())"]
-    results = run_cells(sandbox, [*cells, "print(os.getpid())"])
-    assert [r.status for r in results] == ["ok"] * 4
-    two, pid = results[2].stdout.split()
-    assert two == "2" and results[3].stdout == f"{pid}\n"  # the same process: no restart
-
-
-def test_a_replayed_history_that_shadows_builtins_is_replayed_whole(sandbox):
-    history = ["from re import compile", "from os import *", "x = 41"]
-    assert run_cells(sandbox, ["print(x + 1)"], history)[0].stdout == "42\n"
-
-
-def test_each_cell_has_its_own_cpu_time_and_a_timeout_ends_only_its_session(sandbox):
+def test_cpu_time_counts_from_the_sessions_start_as_in_the_rerun_program(sandbox):
     spin = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass"
     with sandbox.warm():
         spinning, other = sandbox.session(), sandbox.session()
         try:
-            # 0.6 s of CPU each: over the 1 s limit together, not one by one
-            first = [spinning.run(spin.format(0.6)) for _ in range(3)]
+            # 0.4 s of CPU each: over the 1 s limit at the third, as its re-run program is
+            spun = [spinning.run(spin.format(0.4)) for _ in range(3)]
             other.run("b = 'kept'")
             looping = spinning.run("while True: pass")
             after = other.run("print(b)")
         finally:
             spinning.close()
             other.close()
-    assert [r.status for r in first] == ["ok"] * 3
+        rerun = sandbox.run(program_with_history([spin.format(0.4)] * 2, spin.format(0.4)))
+    assert [r.status for r in spun] == ["ok", "ok", "timeout"] and rerun.status == "timeout"
+    assert spun[2].output == rerun.output
     assert looping.status == "timeout" and looping.duration < FAST.wall_seconds
     assert after.status == "ok" and after.stdout == "kept\n"
     assert sandbox_processes() == []
+
+
+def test_a_cells_wall_clock_is_what_the_earlier_cells_left_as_in_the_rerun_program():
+    sleepy = Sandbox(SandboxLimits(cpu_seconds=1, wall_seconds=1, memory_mb=256))
+    cells = ["import time\ntime.sleep(0.4)\nprint('slept')"] * 3
+    with sleepy.warm():
+        session = sleepy.session()
+        try:
+            slept = [session.run(cell) for cell in cells]
+        finally:
+            session.close()
+        rerun = sleepy.run(program_with_history(cells[:2], cells[2]))
+    # the third's re-run program sleeps 1.2 s: past its 1 s
+    assert [r.status for r in slept] == ["ok", "ok", "timeout"] and rerun.status == "timeout"
+    assert slept[2].output == rerun.output and slept[2].duration < 0.5
 
 
 def test_a_cell_that_ignores_sigxcpu_is_killed_a_second_later(sandbox):
@@ -158,11 +166,11 @@ def test_a_session_whose_process_ended_between_cells_replays_them_in_a_new_one(s
 def test_output_over_the_cap_found_after_a_cell_ended_ends_its_session(sandbox, monkeypatch):
     # A thread floods stdout just after its cell says it is done (the zygote is slow to end
     # the cell here), so the output limit is found while the cell's output is drained; not
-    # on a silent replay, where stdout is /dev/null.
+    # on a silent re-run, where sys.stdout is a StringIO.
     floods_late = (
-        "import threading, time\n"
+        "import io, sys, threading, time\n"
         "def flood():\n    time.sleep(0.1)\n    while True: os.write(1, b'x' * 4096)\n"
-        "if os.readlink('/proc/self/fd/1') != os.devnull:\n"
+        "if not isinstance(sys.stdout, io.StringIO):\n"
         "    threading.Thread(target=flood, daemon=True).start()"
     )
     end_cell = Zygote.end_cell
@@ -263,19 +271,88 @@ def test_no_child_of_a_cell_outlives_it(sandbox):
     assert ours() == []
 
 
-def test_a_cells_children_count_against_its_cpu_time(sandbox):
-    waits_for_a_spinning_child = (
-        "import os\npid = os.fork()\nif pid == 0:\n    while True: pass\nos.waitpid(pid, 0)"
-    )
-    first, spinning = run_cells(sandbox, ["x = 1", waits_for_a_spinning_child])
-    assert first.status == "ok"
-    assert spinning.status == "timeout" and spinning.duration < FAST.wall_seconds
-    assert sandbox_processes() == []
-
-
 def test_sessions_without_zygotes_replay_the_history_for_each_cell():
     plain = Sandbox(FAST, zygote=False)
     session = plain.session()
     results = [session.run(cell) for cell in ("n = 1", "n += 1\nprint(n)", "print(n)")]
     session.close()
     assert [r.stdout for r in results] == ["", "2\n", "2\n"]
+
+
+# A session's cell prints what the tool loop's re-run program (program_with_history) prints
+# for the same history and cell: status, output (tracebacks and their line numbers, the
+# SyntaxError's shape, the limits' notes) and exit code. Each history runs in a session opened
+# with no history (every cell live) and in one opened after its first cell (which replays it,
+# as the rollout opens one), and every cell from there on is checked against the re-run.
+SAME_AS_RERUN = {
+    "name from an earlier cell that raised": [
+        "x = 1\nraise ValueError('boom')\ny = 2",
+        "print(x)\nprint(y)",
+    ],
+    "ZeroDivisionError at line 3": ["a = 1", "b = 2\nc = 3\nprint(a / 0)"],
+    "SyntaxError in the new cell": ["a = 1", "print(a\nb = (1,"],
+    "IndentationError in the new cell": ["a = 1", "if a:\nprint(a)"],
+    "SyntaxError in an earlier cell": ["def f(:\n    pass", "a = 1", "print(a)\nf()"],
+    "print and stderr in an earlier cell": [
+        "import sys\nprint('old')\nprint('old err', file=sys.stderr)\nv = 5",
+        "print(v)",
+    ],
+    "sys.exit in the new cell": ["a = 1", "import sys\nprint(a)\nsys.exit(3)"],
+    "sys.exit with a message": ["a = 1", "import sys\nsys.exit('bad input')"],
+    "sys.exit in an earlier cell": ["import sys\nx = 1\nsys.exit(2)\nx = 3", "print(x)"],
+    "def in cell 1 raises in cell 3": [
+        "def f(n):\n    return 10 / n",
+        "g = 2",
+        "print(f(g))\nprint(f(0))",
+    ],
+    "method of an earlier class": [
+        "class A:\n    def m(self):\n        raise KeyError('k')",
+        "A().m()",
+    ],
+    "lambda of an earlier cell": ["f = lambda v: v[5]", "print(f([1]))"],
+    "defs and calls in the new cell": [
+        "x = 0",
+        "def g():\n    return 1 / x\n\ndef h():\n    return g()\n\nh()",
+        "h()",
+    ],
+    "imports": [
+        "import math\nfrom collections import Counter",
+        "print(math.sqrt(16), Counter('aab'))",
+    ],
+    "recursion from an earlier def": ["def r(n):\n    return r(n + 1)", "r(0)"],
+    "recursion in the new cell": ["n = 0", "def r(k):\n    return r(k + 1)\n\nr(n)"],
+    "warnings": ["import warnings", "warnings.warn('careful')\nprint('done')"],
+    "SyntaxWarning": ["x = 1", "print(x is 1)"],
+    "from __future__ in an earlier cell": ["from __future__ import annotations\nx = 1", "print(x)"],
+    "docstring of an earlier cell": ['"""the doc"""\nx = 1', "print(__doc__, x)"],
+    "builtins shadowed by an earlier cell": ["from re import compile", "x = 41", "print(x + 1)"],
+    "the re-run's own names": ["_c = 5\n_io = 6", "print(_io)", "print(_c)"],
+    "atexit in an earlier cell": ["import atexit\natexit.register(print, 'bye')", "print('x')"],
+    "KeyboardInterrupt": ["a = 1", "raise KeyboardInterrupt", "print(a)"],
+    "input at EOF": ["a = 1", "print(input())"],
+    "output over the cap": ["big = 'y' * 5000", "print(big)", "print(len(big))"],
+    "null byte": ["a = 1", "print(a)\0", "print(a)"],
+}
+
+
+def _rerun(sandbox: Sandbox, history: list[str], cell: str):
+    return sandbox.run(program_with_history(history, cell))
+
+
+@pytest.mark.parametrize("name", list(SAME_AS_RERUN))
+def test_a_sessions_cells_print_what_the_rerun_prints(sandbox, name):
+    cells = SAME_AS_RERUN[name]
+    with sandbox.warm():
+        expected = [_rerun(sandbox, cells[:i], cells[i]) for i in range(len(cells))]
+        for opened_at in (0, 1):
+            session = sandbox.session(cells[:opened_at])
+            try:
+                got = [session.run(cell) for cell in cells[opened_at:]]
+            finally:
+                session.close()
+            for want, have in zip(expected[opened_at:], got, strict=True):
+                assert (have.status, have.output, have.returncode) == (
+                    want.status,
+                    want.output,
+                    want.returncode,
+                ), (opened_at, have.stderr, want.stderr)

@@ -19,7 +19,7 @@ set-up in the child (reasonrl.zygote); the caller's side, its supervision and it
 the same.
 
 A Session (the tool loop's notebook) keeps one such forked process alive across cells, so a
-cell never re-runs the ones before it; each cell has its own limits and output.
+cell never re-runs the ones before it, and prints what re-running them would have printed.
 
 bwrap's outer process exits as soon as the program's exit status is known, before the
 sandbox's pid 1 (bwrap's init) has exited; that pid 1 would be reparented to the host's init,
@@ -51,7 +51,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -95,8 +95,6 @@ _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "out of memory")
 # clock under a 2 s hard limit, in CI).
 _CPU_ACCOUNTING_SLACK_SECONDS = 0.05
 _TAIL_LINES = 5
-# A session's processes, and each one it starts, have RLIMIT_CPU for this many cells together.
-_SESSION_CPU_CELLS = 10
 _STALE_READS = 64  # at most this many chunks of a session's between-cells output are skipped
 _STDERR_FLOOD_FACTOR = 64  # stderr may exceed the kept cap this many times over
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
@@ -405,11 +403,7 @@ class Sandbox:
         if channel is not None:
             child_ends.append(resources.enter_context(channel))
         numbers = self._limit_numbers(uid)
-        cell_cpu = 0  # not a session
-        if channel is not None:  # the zygote watches each cell; RLIMIT_CPU, the whole session
-            cell_cpu = numbers[0]
-            numbers[0] *= _SESSION_CPU_CELLS
-        numbers += [int(self.site_packages), int(group is not None), cell_cpu]
+        numbers += [int(self.site_packages), int(group is not None), int(channel is not None)]
         source = code.encode("utf-8", "replace")
         zygote.start_program(source, numbers, [end.fileno() for end in child_ends])
         for end in child_ends:
@@ -897,59 +891,48 @@ class _ZygoteProgram:
 def program_with_history(previous: Sequence[str], cell: str) -> str:
     """Earlier cells re-run silently (errors swallowed, as a notebook keeps state), then `cell`.
 
-    Silently down to the descriptors: what they write to fd 1 or 2 themselves (os.write, a
-    subprocess) goes to /dev/null too, so `cell`'s output is its own only."""
-    if not previous:
-        return cell
-    # exec, compile and BaseException through the builtins module: a cell replayed before may
-    # have replaced those names in the namespace (`from re import compile`).
-    lines = [
-        "import builtins as _builtins, contextlib as _c, io as _io, os as _os",
-        "_saved = [_os.dup(1), _os.dup(2)]",
-        "_null = _os.open(_os.devnull, _os.O_WRONLY)",
-        "_os.dup2(_null, 1)",
-        "_os.dup2(_null, 2)",
-    ]
+    The tool loop's program for a cell since before sessions, kept byte for byte: a cell's
+    output (its traceback's line numbers too) is what the policies were trained on, and a
+    session's cell must print the same (see Session)."""
+    lines = ["import contextlib as _c, io as _io"]
     for old in previous:
         lines += [
             "with _c.redirect_stdout(_io.StringIO()), _c.redirect_stderr(_io.StringIO()):",
             "    try:",
-            f"        _builtins.exec(_builtins.compile({old!r}, '<cell>', 'exec'))",
-            "    except _builtins.BaseException:",
+            f"        exec(compile({old!r}, '<cell>', 'exec'))",
+            "    except BaseException:",
             "        pass",
         ]
-    lines += [
-        "_os.dup2(_saved[0], 1)",
-        "_os.dup2(_saved[1], 2)",
-        "for _fd in (*_saved, _null):",
-        "    _os.close(_fd)",
-        "del _builtins, _c, _io, _os, _saved, _null, _fd",
-    ]
+    lines.append("del _c, _io")
     return "\n".join(lines) + "\n" + cell
 
 
 class Session:
     """An interpreter session (a notebook): cells run one after another in one process, in
-    one namespace, so each sees what the earlier ones left (variables, imports, files in
-    /tmp; an earlier cell that raised leaves what it got as far as), and each cell's result
-    holds its own output only.
+    one namespace, so each sees what the earlier ones left, and each cell runs once.
+
+    A cell's result is the one the tool loop's re-run program, program_with_history(the
+    cells before, the cell), gives: the session's process runs that very program (from
+    /tmp/main.py, so tracebacks show its line numbers and lines) less the re-run of the
+    cells it has run already, and after each cell makes what the cell defined look as its
+    re-run would (see reasonrl.zygote's make_runner). Its limits are that program's too:
+    RLIMIT_CPU and the memory cap hold for the process's whole life (the re-run's CPU time
+    and memory are the earlier cells'), and a cell's wall clock is what the earlier cells of
+    the process left of wall_seconds. What a re-run would not repeat exactly (the clock, pids,
+    random numbers, files an earlier cell appended to, output an earlier cell wrote past
+    sys.stdout) can differ, as it differs between two re-runs.
 
     The process is a session-mode program of a zygote leased for the session's life (the
     pool's zygotes while sandbox.warm() is open; see reasonrl.zygote): seccomp-filtered,
-    rlimited, its own uid and memory cgroup, as any program there. Each cell has the
-    sandbox's limits: the wall clock and output cap from our supervisor, and `cpu_seconds`
-    of the session's CPU time (its process's and any it started) from the cell's start,
-    which the zygote (out of the program's reach) checks every 50 ms: past it SIGXCPU, a
-    second later SIGKILL, as RLIMIT_CPU does. RLIMIT_CPU itself is a backstop, per process,
-    _SESSION_CPU_CELLS times one cell's. When a cell ends, the zygote kills every process it
-    started (only the session's own runs on between cells).
+    rlimited, its own uid and memory cgroup, as any program there. When a cell ends, the
+    zygote kills every process it started (only the session's own runs on between cells).
 
-    A cell stopped for a limit, or one that ends the process, ends the session's process:
-    the next cell starts a new one that first replays the cells so far silently, as the
-    first cell of a session with a history (cells run before it, elsewhere) does. close()
-    kills the process and everything of its uid; the zygote then cleans up as after any
-    program. Without zygotes (sandbox.zygote off, or no bwrap), each cell is a program of
-    its own that replays the cells before it.
+    A cell stopped for a limit, one that ends the process, or one after which the process
+    could not go on as the re-run would (see make_runner), ends the session's process: the
+    next cell starts a new one that runs the whole re-run program, as the first cell of a
+    session with a history (cells run before it, elsewhere) does. close() kills the process
+    and everything of its uid; the zygote then cleans up as after any program. Without
+    zygotes (sandbox.zygote off, or no bwrap), each cell is the re-run program.
     """
 
     def __init__(self, sandbox: Sandbox, history: Sequence[str] = ()) -> None:
@@ -962,13 +945,13 @@ class Session:
     ) -> SandboxResult:
         """Run the next cell; never raises for anything the cell does (as Sandbox.run)."""
         start = time.monotonic()
+        program = program_with_history(self.history, code)
         try:
             if not self.sandbox.zygote:
-                program = program_with_history(self.history, code)
                 return self.sandbox.run(program, cancel=cancel, deadline=deadline)
             if _cancelled_before(start, cancel, deadline):
                 return SandboxResult("cancelled", "", "", None, 0.0)
-            return self._run_cell(code, start, cancel, deadline)
+            return self._run_cell(program, start, cancel, deadline)
         except Exception as exc:  # as Sandbox.run: the caller survives, the session ends
             self.close()
             return _refused(exc, start)
@@ -982,17 +965,21 @@ class Session:
             live.close()
 
     def _run_cell(
-        self, code: str, start: float, cancel: CancelToken | None, deadline: float | None
+        self, program: str, start: float, cancel: CancelToken | None, deadline: float | None
     ) -> SandboxResult:
-        cpu_seconds = _whole_cpu_seconds(self.sandbox.limits)
-        if self._live is not None and not self._live.send_cell(code, cpu_seconds):
-            self.close()  # its process ended between cells: a new one replays the history
-        if self._live is None:
-            first_cell = program_with_history(self.history, code)
-            self._live = _LiveSession(self.sandbox, first_cell)
+        limits = self.sandbox.limits
         live = self._live
-        supervisor = _SessionSupervisor(live, self.sandbox.limits)
+        if live is not None and live.elapsed >= limits.wall_seconds:
+            self.close()  # the re-run alone would take its whole wall clock: it runs, as there
+        elif live is not None and not live.send_cell(program, len(self.history)):
+            self.close()  # its process ended between cells: a new one re-runs the history
+        if self._live is None:
+            self._live = _LiveSession(self.sandbox, program, len(self.history))
+        live = self._live
+        cell_limits = replace(limits, wall_seconds=limits.wall_seconds - live.elapsed)
+        supervisor = _SessionSupervisor(live, cell_limits)
         result = supervisor.wait(live.program.ready.fileno(), start, cancel, deadline)
+        live.elapsed += result.duration
         if supervisor.wait_status is not None:  # the process has ended (or was killed)
             live.ended = True
             self.close()
@@ -1000,20 +987,24 @@ class Session:
 
 
 class _LiveSession:
-    """A session's process in its zygote, with what it holds (released by close())."""
+    """A session's process in its zygote, with what it holds (released by close()).
+    elapsed: the wall-clock seconds of its cells so far (a re-run program's would be theirs
+    too)."""
 
-    def __init__(self, sandbox: Sandbox, first_cell: str) -> None:
+    def __init__(self, sandbox: Sandbox, first_program: str, history: int) -> None:
         self._resources = ExitStack()
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.channel = self._resources.enter_context(ours)
             self.token = _cell_token()
-            self.channel.send(self.token)  # the first cell's: it runs with the program
-            self.program = sandbox._start_in_zygote(self._resources, first_cell, "", theirs)
+            # the first cell's, with the program: it re-runs the `history` cells before it
+            self.channel.send(self.token + b" %d 0" % history)
+            self.program = sandbox._start_in_zygote(self._resources, first_program, "", theirs)
         except BaseException:
             self._resources.close()
             raise
         self.ended = False  # the process has ended and the zygote has said so
+        self.elapsed = 0.0
         self._ready = False
 
     def ready(self) -> bool:
@@ -1021,18 +1012,16 @@ class _LiveSession:
         self._ready = self._ready or _read_nonblocking(self.program.ready.fileno()) == b"1"
         return self._ready
 
-    def send_cell(self, code: str, cpu_seconds: int) -> bool:
-        """Start the next cell, with its CPU time; False if the process has ended."""
+    def send_cell(self, program: str, history: int) -> bool:
+        """Start the next cell, the re-run program of its `history` earlier cells (which
+        this process has run) and it; False if the process has ended."""
         zygote = self.program.zygote
-        if zygote.arm_cpu(cpu_seconds) is not None:
-            self.ended = True
-            return False
         self._skip_stale_output()
-        zygote.write_script(code.encode("utf-8", "replace"))
+        zygote.write_script(program.encode("utf-8", "replace"))
         self.token = _cell_token()
         try:
-            self.channel.send(self.token)
-        except OSError:  # it ended just now: the zygote says so next
+            self.channel.send(self.token + b" %d 1" % history)
+        except OSError:  # it ended: the zygote says so next
             zygote.exit_status(_ZYGOTE_KILL_GRACE_SECONDS)
             self.ended = True
             return False
@@ -1072,6 +1061,10 @@ class _SessionSupervisor(_ZygoteSupervisor):
 
     def _was_ready(self, ready_fd: int) -> bool:
         return self.live.ready()
+
+    def _hit_cpu_limit(self, returncode: int, duration: float) -> bool:
+        """As for the re-run program, whose run would have had the earlier cells' time too."""
+        return super()._hit_cpu_limit(returncode, duration + self.live.elapsed)
 
     def _ended(self) -> bool:
         return self.cell_status is not None or self.wait_status is not None

@@ -23,9 +23,12 @@ A session (reasonrl.sandbox.Session) is such a program whose main process does n
 its code: it runs one cell after another in one namespace, each read from /tmp/main.py when
 the caller sends the cell's token on a channel of its own (a socket it keeps, the one
 descriptor of ours it has, not inherited across exec), answering "<token> <exit status>"
-there. The zygote supervises it as any program, and watches the CPU time of each cell (see
-check_cpu); "arm N" from the caller starts a cell's, and "end" after it kills every process
-the cell started (see end_cell).
+there. Each cell prints what the tool loop's re-run program (reasonrl.sandbox's
+program_with_history) prints for it: /tmp/main.py holds that very program, and the session
+runs it less the re-run of the earlier cells it has run already (see make_runner). The
+zygote supervises it as any program (RLIMIT_CPU, as a re-run program's, for the process's
+whole life); "end" from the caller after each cell kills every process the cell started (see
+end_cell).
 
 The caller side (`Zygote`) talks to it over a SOCK_SEQPACKET socket: a request carries the
 numbers (limits, uid) and the program's descriptors (stdin, stdout, stderr, ready pipe,
@@ -107,14 +110,13 @@ ZYGOTE_SOURCE = (
     """\
 import array, contextlib, os, resource, select, shutil, signal, socket, sys, time
 CTRL = socket.socket(fileno=int(sys.argv[1]))
-TICKS = os.sysconf("SC_CLK_TCK")
 PRELOADED = sys.argv[2].split(",")
 ORPHAN_REAP_S = 0.05
 def receive():
     fds = array.array("i")
     message = b"kill"
-    # a kill, arm or end that crossed the last exit message: nothing to kill, arm or end
-    while message in (b"kill", b"end") or message.startswith(b"arm "):
+    # a kill or end that crossed the last exit message: nothing to kill or end
+    while message in (b"kill", b"end"):
         message, extra, _, _ = CTRL.recvmsg(4096, socket.CMSG_SPACE(8 * fds.itemsize))
     if not message:
         os._exit(0)  # the caller closed the zygote
@@ -180,21 +182,6 @@ def stat_fields(pid):
     # /proc/PID/stat from the state on (field 3)
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rpartition(")")[2].split()
-def cpu_ticks(pid):
-    # the process's CPU time so far, all its threads, and that of the children it waited for
-    # (/proc's utime, stime, cutime and cstime)
-    return sum(int(n) for n in stat_fields(pid)[11:15])
-def session_ticks(child, uid):
-    # A session's CPU time so far: its process's (OSError once that is gone), its other
-    # processes' (a cell's children count), and what the zygote reaped (orphans: their time
-    # leaves /proc with them; the zygote reaps nothing else while a program runs).
-    total = cpu_ticks(child)
-    for pid in others_of(uid):
-        if int(pid) != child:
-            with contextlib.suppress(OSError):
-                total += cpu_ticks(pid)
-    reaped = os.times()
-    return total + round((reaped.children_user + reaped.children_system) * TICKS)
 def end_cell(child, uid):
     # A session's cell has ended: no process of it but the session's own runs on until the
     # next cell (its CPU time would be no cell's). The others are killed, again until none is
@@ -218,29 +205,14 @@ def is_zombie(pid):
         return stat_fields(pid)[0] in ("Z", "X")
     except OSError:
         return True  # gone, reaped
-def check_cpu(child, uid, cpu_end):
-    # A session's cell may use the session's CPU time up to cpu_end (ticks): past it SIGXCPU,
-    # as at RLIMIT_CPU's soft limit (the program may catch it), a second later SIGKILL, as at
-    # the hard limit. (RLIMIT_CPU itself counts each process's whole life, and the zygote may
-    # lack CAP_SYS_RESOURCE to raise a process's hard limit before each cell.)
-    try:
-        used = session_ticks(child, uid)
-        if used >= cpu_end:
-            hard = used >= cpu_end + TICKS
-            os.kill(child, signal.SIGKILL if hard else signal.SIGXCPU)
-    except OSError:
-        pass  # it has ended: reaped next
-def supervise(child, uid, cell_cpu):
+def supervise(child, uid):
     # Until the program's main process ends, or the caller asks for a kill (or is gone);
     # then that process first (reaped, so that its zombie does not count), then the rest.
-    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S, and so is a session's CPU
-    # time checked: cell_cpu seconds for its first cell, and "arm N" (before each next cell)
-    # gives it N seconds from then on, answered "armed"; "end" (after each cell) kills its
-    # other processes (see end_cell), answered "ended".
+    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S; "end" (after each cell of
+    # a session) kills its other processes (see end_cell), answered "ended".
     pidfd = os.pidfd_open(child)
     status = None
     caller_gone = False
-    cpu_end = session_ticks(child, uid) + cell_cpu * TICKS if cell_cpu else None
     while status is None:
         if CTRL in select.select([pidfd, CTRL], [], [], ORPHAN_REAP_S)[0]:
             message = CTRL.recv(64)
@@ -248,14 +220,6 @@ def supervise(child, uid, cell_cpu):
                 status = end_cell(child, uid)
                 if status is None:
                     CTRL.send(b"ended")
-                continue
-            if message.startswith(b"arm "):
-                try:
-                    seconds = int(message.split()[1])
-                    cpu_end = session_ticks(child, uid) + seconds * TICKS
-                    CTRL.send(b"armed")
-                except OSError:
-                    pass  # the program has ended: its exit is what the caller hears next
                 continue
             caller_gone = message != b"kill"
             try:
@@ -265,8 +229,6 @@ def supervise(child, uid, cell_cpu):
             status = os.waitpid(child, 0)[1]
         else:
             status = reap(child)
-            if status is None and cpu_end is not None:
-                check_cpu(child, uid, cpu_end)
     os.close(pidfd)
     kill_uid(uid)
     if caller_gone:
@@ -302,7 +264,7 @@ def serve():
             return numbers, fds
         for fd in fds:
             os.close(fd)
-        CTRL.send(b"exit %d" % supervise(child, numbers[4], numbers[7]))
+        CTRL.send(b"exit %d" % supervise(child, numbers[4]))
         empty("/tmp")
         empty("/dev/shm")
         remove_sysv_ipc()
@@ -311,8 +273,21 @@ def make_runner(sys, os, signal, channel, path):
     # socket to the caller (None for a single program). The builtins it needs are bound here,
     # once: looked up at run time they would come from __main__, the program's namespace,
     # where a cell's `from re import compile` or `from os import *` would replace them.
-    import builtins, types
+    import ast, builtins, gc, re, types, warnings
     b = types.SimpleNamespace(**vars(builtins))  # a copy: later changes to builtins miss it
+    # What the re-run of earlier cells (program_with_history) looks up as it runs them
+    replay_names = ("exec", "compile", "BaseException", "_c", "_io")
+    contextlib_module, io_module = sys.modules["contextlib"], sys.modules["io"]
+    replay_tools = [
+        (contextlib_module, "redirect_stdout"),
+        (contextlib_module, "redirect_stderr"),
+        (io_module, "StringIO"),
+        *((builtins, name) for name in replay_names[:3]),
+    ]
+    replay_originals = [getattr(owner, name) for owner, name in replay_tools]
+    # _c and _io are deleted after the re-run: a re-run cell that binds one leaves no trace
+    # but breaks the re-run of the cells after it.
+    binds_replay_module = re.compile(rb"\\b_(c|io)\\b").search
     def exit_status(code):
         if code is None:
             return 0
@@ -337,6 +312,8 @@ def make_runner(sys, os, signal, channel, path):
             status, interrupted = 1, b.isinstance(exc, b.KeyboardInterrupt)
             exc.__traceback__ = exc.__traceback__.tb_next  # from the program's frame on
             sys.excepthook(b.type(exc), exc, exc.__traceback__)
+        end_program(status, interrupted)
+    def end_program(status, interrupted):
         if "threading" in sys.modules:
             try:
                 sys.modules["threading"]._shutdown()
@@ -353,45 +330,117 @@ def make_runner(sys, os, signal, channel, path):
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(status & 0xFF)
-    def run_cell(source, namespace):
-        # One cell of a session, in the namespace the earlier cells left: its exception or
-        # exit status, its non-daemon threads joined, stdout and stderr flushed; the process
-        # and its namespace stay (atexit handlers never run: the session ends with a kill).
-        status = 0
+    def compile_cell(source, history, replayed):
+        # A session's cell: /tmp/main.py is the re-run program of it (program_with_history:
+        # the re-run of `history` earlier cells, then the cell), compiled as run_program's is
+        # (the same SyntaxError, warnings and line numbers), less the re-run where this
+        # process has run those cells already. The program's first statement (the re-run's
+        # import) and the one after the re-run (its del) stay: the cell finds what they leave.
+        if b"\\0" in source:  # as CONFINE_SOURCE says it of a program
+            raise b.SystemExit("SyntaxError: source code string cannot contain null bytes")
+        if not replayed:
+            return b.compile(source, path, "exec")
+        tree = b.compile(source, path, "exec", ast.PyCF_ONLY_AST)
+        del tree.body[1 : 1 + history]
+        return b.compile(tree, path, "exec")
+    def pair_codes(ours, theirs, pairs):
+        # The code objects the compiler made for functions (classes, lambdas, comprehensions)
+        # of the same source, in the same order; False where they do not match.
+        mine = [c for c in ours.co_consts if b.isinstance(c, types.CodeType)]
+        other = [c for c in theirs.co_consts if b.isinstance(c, types.CodeType)]
+        if b.len(mine) != b.len(other):
+            return False
+        for one, two in b.zip(mine, other):
+            if one.co_name != two.co_name or not pair_codes(one, two, pairs):
+                return False
+            pairs[b.id(one)] = two
+        return True
+    def as_rerun_leaves_it(source, history, replayed, code, namespace):
+        # After a cell, what it left becomes what a later cell's re-run of it leaves: its
+        # functions' code compiled from the cell alone as "<cell>" (a later traceback shows
+        # their frames so, with the cell's own line numbers), its docstring as __doc__.
+        # False where that re-run would still differ (a cell that compiles alone but not in
+        # the program, or that rebinds what the re-run uses; a first cell whose program did
+        # not compile, so did not re-run the history): then the session must end.
+        *lines, cell = source.split(b"\\n", 2 + 5 * history)
+        if not replayed and b.any(binds_replay_module(line) for line in lines[3::5]):
+            return False  # one of the cells the program re-ran (in its exec(...) line)
+        cell = cell.decode("utf-8", "replace")
         try:
-            if b"\\0" in source:
-                raise b.SyntaxError("source code string cannot contain null bytes")
-            b.exec(b.compile(source, path, "exec"), namespace)
-        except b.SystemExit as exc:
-            status = exit_status(exc.code)
-        except b.BaseException as exc:
-            status = 1
-            exc.__traceback__ = exc.__traceback__.tb_next  # from the cell's frame on
-            sys.excepthook(b.type(exc), exc, exc.__traceback__)
-        threading = sys.modules.get("threading")
-        if threading is not None:
-            try:
-                for thread in threading.enumerate():
-                    if not thread.daemon and thread is not threading.current_thread():
-                        thread.join()
-            except b.BaseException as exc:
-                sys.unraisablehook(exc)
-        for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
-            try:
-                stream.flush()
-            except b.BaseException:
-                status = failed_status
-        return status & 0xFF
+            with warnings.catch_warnings():  # the re-run's go to a discarded stderr
+                warnings.simplefilter("ignore")
+                rerun = b.compile(cell, "<cell>", "exec")
+        except b.BaseException:
+            rerun = None
+        if code is None or rerun is None:
+            return code is None and rerun is None and (replayed or not history)
+        pairs = {}
+        if not pair_codes(code, rerun, pairs):
+            return False
+        if pairs:
+            for thing in gc.get_objects():
+                if b.type(thing) is types.FunctionType and b.id(thing.__code__) in pairs:
+                    thing.__code__ = pairs[b.id(thing.__code__)]
+        if "__doc__" in rerun.co_names and "__doc__" not in code.co_names:
+            namespace["__doc__"] = rerun.co_consts[0]  # a docstring: the re-run sets __doc__
+        current = [getattr(owner, name) for owner, name in replay_tools]
+        unchanged = b.all(now is then for now, then in b.zip(current, replay_originals))
+        return unchanged and not b.any(name in namespace for name in replay_names)
+    def forget_warnings():
+        # A re-run program is a new process: a warning shown in an earlier cell shows again.
+        warnings.onceregistry.clear()
+        warnings._filters_mutated()
     def run_session(source, namespace):
-        # Before each cell the caller sends its token (the first cell's with the program);
-        # the cell's exit status goes back after it, so that what a thread or a child of an
-        # earlier cell writes on the channel is no cell's end. The next cell is read from the
-        # script file (rewritten by the caller) once its token has come; EOF: the end.
-        token = channel.recv(64)
-        while token:
-            channel.send(token + b" %d" % run_cell(source, namespace))
-            token = channel.recv(64)
-            if token:
+        # Before each cell the caller sends "<token> <history> <replayed>": the cell's token,
+        # the number of earlier cells the program in /tmp/main.py re-runs, and whether this
+        # process has run them (1) or runs them now (0: the session's first cell). The cell's
+        # exit status goes back after it, so that what a thread or a child of an earlier cell
+        # writes on the channel is no cell's end. The next cell's program is read from the
+        # script file (rewritten by the caller) once its token has come; EOF: the end. A cell
+        # after which the session cannot go on as the re-run would (KeyboardInterrupt, atexit
+        # handlers, see as_rerun_leaves_it) ends as a program does, and so does the process.
+        message = channel.recv(64)
+        while message:
+            token, history, replayed = message.split()
+            history, replayed = b.int(history), replayed == b"1"
+            status, interrupted, code = 0, False, None
+            forget_warnings()
+            try:
+                code = compile_cell(source, history, replayed)
+            except b.SystemExit as exc:
+                status = exit_status(exc.code)
+            except b.BaseException as exc:  # as the program's own compile, uncaught
+                status = 1
+                sys.excepthook(b.type(exc), exc, exc.__traceback__)
+            if code is not None:
+                try:
+                    b.exec(code, namespace)  # from run_program's depth: the same room to recurse
+                except b.SystemExit as exc:
+                    status = exit_status(exc.code)
+                except b.BaseException as exc:
+                    status, interrupted = 1, b.isinstance(exc, b.KeyboardInterrupt)
+                    exc.__traceback__ = exc.__traceback__.tb_next  # from the cell's frame on
+                    sys.excepthook(b.type(exc), exc, exc.__traceback__)
+            threading = sys.modules.get("threading")
+            if threading is not None:
+                try:
+                    for thread in threading.enumerate():
+                        if not thread.daemon and thread is not threading.current_thread():
+                            thread.join()
+                except b.BaseException as exc:
+                    sys.unraisablehook(exc)
+            atexit = sys.modules.get("atexit")
+            goes_on = not interrupted and not (atexit and atexit._ncallbacks())
+            if not (goes_on and as_rerun_leaves_it(source, history, replayed, code, namespace)):
+                end_program(status, interrupted)
+            for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
+                try:
+                    stream.flush()
+                except b.BaseException:
+                    status = failed_status
+            channel.send(token + b" %d" % (status & 0xFF))
+            message = channel.recv(64)
+            if message:
                 with b.open(path, "rb") as script:
                     source = script.read()
         os._exit(0)
@@ -405,7 +454,7 @@ compile("pass", "<warm-up>", "exec")  # the compiler's first use sets up its sta
 import gc
 gc.freeze()  # the collector never walks (so never copies) the pages the children share
 numbers, fds = serve()
-cpu, mem, nproc, fsize, uid, site, cgroup, session = numbers  # session: a cell's CPU seconds
+cpu, mem, nproc, fsize, uid, site, cgroup, session = numbers
 stdin, stdout, stderr, ready = fds[:4]
 if cgroup:
     os.write(fds[4], b"0")
@@ -417,7 +466,7 @@ path = "/tmp/main.py"
 """
     + CONFINE_SOURCE
     + """\
-# A session compiles each cell itself: a cell's SyntaxError ends that cell, not the session.
+# A session compiles each cell itself (a SyntaxError ends that cell, not the session).
 code = source if session else compile(source, path, "exec")
 if session:
     os.set_inheritable(keep, False)  # a program the session runs does not get the channel
@@ -524,11 +573,6 @@ class Zygote:
         except OSError as exc:
             self.broken = True
             raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
-
-    def arm_cpu(self, seconds: int) -> int | None:
-        """Before a session's next cell: its processes may use `seconds` of CPU time from
-        now (the zygote watches them). None once armed; the wait status if it has ended."""
-        return self._ask(b"arm %d" % seconds, b"armed", "a CPU limit request")
 
     def end_cell(self) -> int | None:
         """After a session's cell: every process of it but its own is killed, so nothing of
