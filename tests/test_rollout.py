@@ -145,30 +145,82 @@ def _outputs(row: dict) -> list[str]:
     return [text.removeprefix("```output\n").removesuffix("\n```") for text in users]
 
 
-def test_a_notebook_three_cells_long(sandbox):
-    engine = ScriptedEngine(
-        ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```python\nprint(n)\n```"]
-    )
-    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=3))
+@pytest.fixture
+def sessions_opened(sandbox, monkeypatch) -> list[list[str]]:
+    """The history of each session the rollout opens."""
+    opened: list[list[str]] = []
+    session = Sandbox.session
+
+    def recorded(self: Sandbox, history=()):
+        opened.append(list(history))
+        return session(self, history)
+
+    monkeypatch.setattr(Sandbox, "session", recorded)
+    return opened
+
+
+@pytest.fixture
+def always_sessions(monkeypatch, sessions_opened) -> list[list[str]]:
+    """Sessions open from a trajectory's second cell on, however fast its cells."""
+    monkeypatch.setattr(rollout, "SESSION_OPEN_SECONDS", -1.0)
+    return sessions_opened
+
+
+NOTEBOOK = ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```python\nprint(n)\n```"]
+
+
+def test_a_notebook_three_cells_long(sandbox, always_sessions):
+    (row,) = _roll(ScriptedEngine(NOTEBOOK), sandbox, RolloutLimits(max_turns=3))
     assert _outputs(row) == ["", "2", "2"] and row["tool_status"] == ["ok"] * 3
+    assert always_sessions == [["n = 1\n"]]
 
 
-def test_later_cells_run_once_and_show_only_their_own_output(sandbox):
-    # Re-running the history before each cell would show cell 1's os.write again (it goes
-    # past sys.stdout) and draw another random number for cell 3.
-    engine = ScriptedEngine(
-        [
-            "```python\nn = 1\nimport os\nos.write(1, b'cell one\\n')\n```",
-            "```python\nn += 1\nimport random\nr = random.random()\nprint(n, r)\n```",
-            "```python\nprint(n, r)\n```",
-            "\\boxed{2}",
-        ]
-    )
+def test_fast_cells_never_open_a_session_and_each_reruns_its_history(sandbox, sessions_opened):
+    # Re-running the history before each cell shows cell 1's os.write again (it goes past
+    # sys.stdout) and draws another random number in cell 3: the program of each cell is
+    # the re-run one, exactly as before sessions.
+    cells = [
+        "n = 1\nimport os\nos.write(1, b'cell one\\n')\n",
+        "n += 1\nimport random\nr = random.random()\nprint(n, r)\n",
+        "print(n, r)\n1 / 0\n",
+    ]
+    engine = ScriptedEngine([*(f"```python\n{cell}```" for cell in cells), "\\boxed{2}"])
     (row,) = _roll(engine, sandbox)
     outputs = _outputs(row)
-    assert outputs[0] == "cell one" and outputs[1].startswith("2 0.")
-    assert outputs[2] == outputs[1]
-    assert row["tool_status"] == ["ok"] * 3
+    assert sessions_opened == []
+    assert outputs[0] == "cell one" and outputs[1].startswith("cell one\n2 0.")
+    assert outputs[2].startswith("cell one\n2 0.") and outputs[2] != outputs[1]
+    assert 'main.py", line 14, in <module>' in outputs[2]  # the re-run's line numbers
+    assert row["tool_status"] == ["ok", "ok", "error"]
+
+
+SLOW_NOTEBOOK = [
+    "import time\ntime.sleep(0.3)\nx = 1\ndef f(n):\n    return 1 / n\n",
+    "x += 1\nprint(x)\nimport sys\nprint('to stderr', file=sys.stderr)\n",
+    "print(f(x))\nprint(f(0))\n",
+    "print(x)\nprint(y)\n",
+]
+
+
+def test_a_trajectory_whose_cells_are_slow_gets_a_session_and_the_same_outputs(
+    sandbox, sessions_opened, monkeypatch
+):
+    engine = ScriptedEngine([*(f"```python\n{cell}```" for cell in SLOW_NOTEBOOK), "\\boxed{2}"])
+    limits = RolloutLimits(max_turns=5)
+    with_sessions = _roll(engine, sandbox, limits, n=2)
+    assert sessions_opened == [SLOW_NOTEBOOK[:1]] * 2  # opened at the second cell
+    monkeypatch.setattr(rollout, "SESSION_OPEN_SECONDS", float("inf"))
+    without = _roll(ScriptedEngine(engine.script), sandbox, limits, n=2)
+    assert len(sessions_opened) == 2
+    assert [_outputs(row) for row in with_sessions] == [_outputs(row) for row in without]
+    assert [row["tool_status"] for row in with_sessions] == [["ok", "ok", "error", "error"]] * 2
+    assert [r["tool_status"] for r in with_sessions] == [r["tool_status"] for r in without]
+
+
+def test_no_session_opens_for_a_trajectorys_last_possible_cell(sandbox, sessions_opened):
+    engine = ScriptedEngine([f"```python\n{cell}```" for cell in SLOW_NOTEBOOK])
+    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=2))
+    assert sessions_opened == [] and row["tool_status"] == ["ok", "ok"]
 
 
 def test_a_first_cell_that_raised_leaves_its_state(sandbox):
@@ -179,7 +231,7 @@ def test_a_first_cell_that_raised_leaves_its_state(sandbox):
     assert row["tool_status"] == ["error", "ok"] and _outputs(row)[1] == "1"
 
 
-def test_a_timeout_in_a_later_cell_is_reported_and_leaves_no_process():
+def test_a_timeout_in_a_later_cell_is_reported_and_leaves_no_process(always_sessions):
     fast = Sandbox(SandboxLimits(cpu_seconds=1, wall_seconds=3))
     engine = ScriptedEngine(
         ["```python\nx = 1\n```", "```python\nwhile True:\n    pass\n```", "\\boxed{1}"]
@@ -190,7 +242,7 @@ def test_a_timeout_in_a_later_cell_is_reported_and_leaves_no_process():
     assert sandbox_processes() == [] and ours() == []
 
 
-def test_trajectories_have_sessions_of_their_own(sandbox):
+def test_trajectories_have_sessions_of_their_own(sandbox, always_sessions):
     engine = ScriptedEngine(
         ["```python\npass\n```", "```python\nprint('v' in globals())\nv = 1\n```"]
     )
@@ -198,17 +250,15 @@ def test_trajectories_have_sessions_of_their_own(sandbox):
     assert [_outputs(row) for row in rows] == [["", "False"]] * 3
 
 
-def test_past_max_sessions_later_cells_rerun_their_history(sandbox, monkeypatch):
+def test_past_max_sessions_later_cells_rerun_their_history(sandbox, monkeypatch, always_sessions):
     monkeypatch.setattr(rollout, "MAX_SESSIONS", 1)
-    engine = ScriptedEngine(
-        ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```python\nprint(n)\n```"]
-    )
-    rows = _roll(engine, sandbox, RolloutLimits(max_turns=3), n=2)
+    rows = _roll(ScriptedEngine(NOTEBOOK), sandbox, RolloutLimits(max_turns=3), n=2)
     assert [_outputs(row) for row in rows] == [["", "2", "2"]] * 2
+    assert len(always_sessions) == 1
     assert sandbox_processes() == [] and ours() == []
 
 
-def test_a_continued_rollout_replays_its_prefixs_cells_once_in_a_session(sandbox):
+def test_a_continued_rollout_reruns_its_prefixs_cells(sandbox, always_sessions):
     first = "```python\nx = 5\nimport os\nos.write(1, b'prefix ran\\n')\n```"
     messages = [
         *prompt_messages(PROBLEM, "tool"),
@@ -220,7 +270,10 @@ def test_a_continued_rollout_replays_its_prefixs_cells_once_in_a_session(sandbox
     (row,) = continue_rollouts(
         engine, [prefix], SamplingParams(), RolloutLimits(max_turns=3), sandbox
     )
-    assert _outputs(row)[1:] == ["5", "6"] and row["tool_status"] == ["ok", "ok"]
+    # The first new cell re-runs the prefix's (its os.write shows), in the session it opens
+    # as the re-run program does; the next runs once there.
+    assert _outputs(row)[1:] == ["prefix ran\n5", "6"] and row["tool_status"] == ["ok", "ok"]
+    assert always_sessions == [[first.removeprefix("```python\n").removesuffix("```")]]
     assert sandbox_processes() == [] and ours() == []
 
 
@@ -237,7 +290,7 @@ class FailingEngine(ScriptedEngine):
         return super().generate(prompts, params)
 
 
-def test_sessions_are_closed_when_the_rollout_ends_or_fails(sandbox):
+def test_sessions_are_closed_when_the_rollout_ends_or_fails(sandbox, always_sessions):
     daemon = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)"
     script = ["```python\nx = 1\n```", f"```python\n{daemon}\n```", "```python\nprint(x)\n```"]
     _roll(ScriptedEngine(script), sandbox, RolloutLimits(max_turns=3), n=2)

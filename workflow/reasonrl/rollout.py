@@ -2,12 +2,15 @@
 
 All live trajectories advance together each turn (one batched generate call per turn and
 per token budget), and then their new code blocks run together in the sandbox's pool. State
-carries over between turns as in a notebook: a trajectory's first cell runs as a program of
-its own (most trajectories run one cell only, and a fresh fork from a warm zygote is the
-cheapest start); from its second cell on, its cells run in an interpreter session of its own
-(reasonrl.sandbox.Session), which replays the first cell once, silently, and then runs each
-cell once. A trajectory's session is closed when it ends, and every session when the rollout
-ends (on an exception too); session_cap caps those open at once.
+carries over between turns as in a notebook: each new cell runs after the trajectory's
+earlier cells, re-run silently (program_with_history), so its program's time grows with the
+history. Where re-running the history takes longer than opening an interpreter session
+(SESSION_OPEN_SECONDS), and the trajectory has a turn left for another cell, its cells from
+then on run in a session of its own (reasonrl.sandbox.Session): the first one re-runs the
+history as the program would, and each later one runs once. A session's cell prints what the
+re-run program prints, so sessions change no rollout, only its time. A trajectory's session is
+closed when it ends, and every session when the rollout ends (on an exception too);
+session_cap caps those open at once.
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ STOP = ("```output",)
 # earlier ones in a program of their own, as before sessions.
 MAX_SESSIONS = 256
 _DESCRIPTORS_PER_SESSION = 16  # about ten, with room for the rest of the process
+# A session pays once re-running a trajectory's cells takes longer than opening one: a zygote
+# (bwrap and an interpreter with its preloaded modules) started for it and closed after it.
+# Measured 72 ms (median of 15; 66 to 79 ms) for Sandbox._start_zygote() and close() on the
+# 2-core CI machine, against 8 ms for a short cell's re-run program in a warm zygote (see
+# bench/session_cells.py, which prints both). Cells of milliseconds, as most are, never
+# reach it: their trajectories run exactly as without sessions.
+SESSION_OPEN_SECONDS = 0.1
 
 
 @dataclass
@@ -57,7 +67,10 @@ class _State:
     turn_token_ids: list[list[int]] = field(default_factory=list)  # sampled ids, per model turn
     finish_reason: str | None = None
     partial: str = ""  # start of the next model turn, given (a step prefix); the model continues it
-    session: Session | None = None  # from the trajectory's second cell on
+    session: Session | None = None  # once re-running its cells costs more than opening one
+    # What re-running its cells so far took: the duration of the program that last ran them
+    # all (0 for a continued rollout's prefix, whose cells ran elsewhere).
+    rerun_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -104,8 +117,7 @@ def continue_rollouts(
     policy: str = "",
 ) -> list[dict]:
     """Complete each prefix with the tool loop (all prefixes batched together); the turn cap
-    counts the prefix's model turns, and the prefix's code cells are replayed (once, in the
-    session that runs the next cell) for their state."""
+    counts the prefix's model turns, and the prefix's code cells are re-run for their state."""
     states = []
     for prefix in prefixes:
         messages = [dict(m) for m in prefix.messages]
@@ -125,9 +137,9 @@ def continue_rollouts(
 
 
 def _roll(engine, states: list[_State], params, limits, sandbox, policy: str) -> list[dict]:
-    # The pool's zygotes live for the whole rollout: a session holds one for its life, and
-    # each turn's programs find the others warm.
-    with engine.conversation(), sandbox.warm():
+    # Each turn's batch runs as the pool runs any (in zygotes if it has more programs than
+    # workers): the same programs, so the same outputs, as without sessions.
+    with engine.conversation():
         try:
             for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
                 for state in states:
@@ -191,28 +203,40 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
             else:
                 to_run.append((state, code))
     _close_sessions([s for s in live if s.finish_reason is not None])  # their zygotes are free
-    programs = _cell_programs(to_run, sandbox, live)
+    programs = _cell_programs(to_run, sandbox, live, limits)
     for (state, code), result in zip(to_run, WorkerPool(sandbox).run(programs), strict=True):
+        if state.session is None:  # it re-ran every cell so far
+            state.rerun_seconds = result.duration
         state.cells.append(code)
         state.tool_status.append(result.status)
         state.messages.append(output_turn(result.output))
 
 
-def _cell_programs(to_run: list[tuple[_State, str]], sandbox, live: list[_State]) -> list[Program]:
-    """A trajectory's first cell alone; any later one in its session (opened at its second
-    cell, or at its first after a prefix: it replays the cells before)."""
+def _cell_programs(
+    to_run: list[tuple[_State, str]], sandbox, live: list[_State], limits: RolloutLimits
+) -> list[Program]:
+    """Each cell's program: the cell after its trajectory's earlier ones re-run, or the
+    cell in the trajectory's session, opened here where a session pays (see needs_session)."""
     open_sessions = sum(state.session is not None for state in live)
     cap = session_cap(sandbox)
     programs = []
     for state, code in to_run:
-        if state.cells and state.session is None and open_sessions < cap:
+        if state.session is None and open_sessions < cap and needs_session(state, limits):
             state.session = sandbox.session(state.cells)
             open_sessions += 1
         if state.session is not None:
             programs.append(Program(code, session=state.session))
-        else:  # a first cell, or past session_cap
+        else:
             programs.append(Program(program_with_history(state.cells, code)))
     return programs
+
+
+def needs_session(state: _State, limits: RolloutLimits) -> bool:
+    """Whether the trajectory's next cell should open a session: its first cell there re-runs
+    the history as the program would (plus the opening), so it pays from the cell after on,
+    which must be possible (a turn left), and only if re-running costs more than opening."""
+    has_later_turn = state.turns < limits.max_turns
+    return bool(state.cells) and has_later_turn and state.rerun_seconds > SESSION_OPEN_SECONDS
 
 
 def session_cap(sandbox: Sandbox) -> int:
