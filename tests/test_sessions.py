@@ -290,7 +290,7 @@ SAME_AS_RERUN = {
         "print(x)\nprint(y)",
     ],
     "ZeroDivisionError at line 3": ["a = 1", "b = 2\nc = 3\nprint(a / 0)"],
-    "SyntaxError in the new cell": ["a = 1", "print(a\nb = (1,"],
+    "SyntaxError in the new cell": ["a = 1", "print(a\nb = (1,", "print(a)"],
     "IndentationError in the new cell": ["a = 1", "if a:\nprint(a)"],
     "SyntaxError in an earlier cell": ["def f(:\n    pass", "a = 1", "print(a)\nf()"],
     "print and stderr in an earlier cell": [
@@ -304,6 +304,28 @@ SAME_AS_RERUN = {
         "def f(n):\n    return 10 / n",
         "g = 2",
         "print(f(g))\nprint(f(0))",
+    ],
+    "def raising in its own cell and in a later one": [
+        "def f():\n    raise ValueError('v')\n\nf()",
+        "f()",
+    ],
+    "closure of an earlier cell": [
+        "def outer():\n    def inner():\n        return 1 / 0\n    return inner\n\ng = outer()",
+        "g()",
+    ],
+    "generator of an earlier cell": [
+        "def gen():\n    yield 1\n    yield 1 / 0\n\ng = gen()\nprint(next(g))",
+        "print(next(g))",
+        "print(next(g, 'done'))",
+    ],
+    "warning from an earlier def": [
+        "import warnings\ndef w():\n    warnings.warn('from w')",
+        "w()\nprint('after')",
+        "w()",
+    ],
+    "seeded random numbers": [
+        "import random\nrandom.seed(0)\na = random.random()",
+        "print(random.random())",
     ],
     "method of an earlier class": [
         "class A:\n    def m(self):\n        raise KeyError('k')",

@@ -273,7 +273,7 @@ def make_runner(sys, os, signal, channel, path):
     # socket to the caller (None for a single program). The builtins it needs are bound here,
     # once: looked up at run time they would come from __main__, the program's namespace,
     # where a cell's `from re import compile` or `from os import *` would replace them.
-    import ast, builtins, gc, re, types, warnings
+    import ast, builtins, gc, re, types
     b = types.SimpleNamespace(**vars(builtins))  # a copy: later changes to builtins miss it
     # What the re-run of earlier cells (program_with_history) looks up as it runs them
     replay_names = ("exec", "compile", "BaseException", "_c", "_io")
@@ -343,6 +343,11 @@ def make_runner(sys, os, signal, channel, path):
         tree = b.compile(source, path, "exec", ast.PyCF_ONLY_AST)
         del tree.body[1 : 1 + history]
         return b.compile(tree, path, "exec")
+    suspended_kinds = {types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType}
+    def suspended_code(thing):
+        frame = getattr(thing, "gi_frame", None) or getattr(thing, "cr_frame", None)
+        frame = frame or getattr(thing, "ag_frame", None)
+        return frame.f_code if frame is not None else None  # None: finished
     def pair_codes(ours, theirs, pairs):
         # The code objects the compiler made for functions (classes, lambdas, comprehensions)
         # of the same source, in the same order; False where they do not match.
@@ -366,9 +371,8 @@ def make_runner(sys, os, signal, channel, path):
         if not replayed and b.any(binds_replay_module(line) for line in lines[3::5]):
             return False  # one of the cells the program re-ran (in its exec(...) line)
         cell = cell.decode("utf-8", "replace")
-        try:
-            with warnings.catch_warnings():  # the re-run's go to a discarded stderr
-                warnings.simplefilter("ignore")
+        try:  # its warnings go where the re-run's do (the warnings' state is left alone)
+            with contextlib_module.redirect_stderr(io_module.StringIO()):
                 rerun = b.compile(cell, "<cell>", "exec")
         except b.BaseException:
             rerun = None
@@ -377,19 +381,17 @@ def make_runner(sys, os, signal, channel, path):
         pairs = {}
         if not pair_codes(code, rerun, pairs):
             return False
-        if pairs:
-            for thing in gc.get_objects():
-                if b.type(thing) is types.FunctionType and b.id(thing.__code__) in pairs:
-                    thing.__code__ = pairs[b.id(thing.__code__)]
+        for thing in gc.get_objects() if pairs else ():
+            kind = b.type(thing)
+            if kind is types.FunctionType and b.id(thing.__code__) in pairs:
+                thing.__code__ = pairs[b.id(thing.__code__)]
+            elif kind in suspended_kinds and b.id(suspended_code(thing)) in pairs:
+                return False  # a generator (coroutine) of the cell runs on in its own frames
         if "__doc__" in rerun.co_names and "__doc__" not in code.co_names:
             namespace["__doc__"] = rerun.co_consts[0]  # a docstring: the re-run sets __doc__
         current = [getattr(owner, name) for owner, name in replay_tools]
         unchanged = b.all(now is then for now, then in b.zip(current, replay_originals))
         return unchanged and not b.any(name in namespace for name in replay_names)
-    def forget_warnings():
-        # A re-run program is a new process: a warning shown in an earlier cell shows again.
-        warnings.onceregistry.clear()
-        warnings._filters_mutated()
     def run_session(source, namespace):
         # Before each cell the caller sends "<token> <history> <replayed>": the cell's token,
         # the number of earlier cells the program in /tmp/main.py re-runs, and whether this
@@ -404,7 +406,6 @@ def make_runner(sys, os, signal, channel, path):
             token, history, replayed = message.split()
             history, replayed = b.int(history), replayed == b"1"
             status, interrupted, code = 0, False, None
-            forget_warnings()
             try:
                 code = compile_cell(source, history, replayed)
             except b.SystemExit as exc:
