@@ -348,6 +348,11 @@ SAME_AS_RERUN = {
     "from __future__ in an earlier cell": ["from __future__ import annotations\nx = 1", "print(x)"],
     "docstring of an earlier cell": ['"""the doc"""\nx = 1', "print(__doc__, x)"],
     "builtins shadowed by an earlier cell": ["from re import compile", "x = 41", "print(x + 1)"],
+    "builtins the session's runner uses, shadowed": [
+        "getattr = any = all = len = type = zip = id = isinstance = open = int = None\nx = 1",
+        "def f():\n    return x\n\nprint(f())",
+        "print(f() + 1)",
+    ],
     "the re-run's own names": ["_c = 5\n_io = 6", "print(_io)", "print(_c)"],
     "atexit in an earlier cell": ["import atexit\natexit.register(print, 'bye')", "print('x')"],
     "KeyboardInterrupt": ["a = 1", "raise KeyboardInterrupt", "print(a)"],

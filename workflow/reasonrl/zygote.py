@@ -345,8 +345,8 @@ def make_runner(sys, os, signal, channel, path):
         return b.compile(tree, path, "exec")
     suspended_kinds = {types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType}
     def suspended_code(thing):
-        frame = getattr(thing, "gi_frame", None) or getattr(thing, "cr_frame", None)
-        frame = frame or getattr(thing, "ag_frame", None)
+        frame = b.getattr(thing, "gi_frame", None) or b.getattr(thing, "cr_frame", None)
+        frame = frame or b.getattr(thing, "ag_frame", None)
         return frame.f_code if frame is not None else None  # None: finished
     def pair_codes(ours, theirs, pairs):
         # The code objects the compiler made for functions (classes, lambdas, comprehensions)
@@ -365,8 +365,9 @@ def make_runner(sys, os, signal, channel, path):
         # functions' code compiled from the cell alone as "<cell>" (a later traceback shows
         # their frames so, with the cell's own line numbers), its docstring as __doc__.
         # False where that re-run would still differ (a cell that compiles alone but not in
-        # the program, or that rebinds what the re-run uses; a first cell whose program did
-        # not compile, so did not re-run the history): then the session must end.
+        # the program, that rebinds what the re-run uses, or that leaves a generator
+        # suspended; a first cell whose program did not compile, so did not re-run the
+        # history): then the session must end.
         *lines, cell = source.split(b"\\n", 2 + 5 * history)
         if not replayed and b.any(binds_replay_module(line) for line in lines[3::5]):
             return False  # one of the cells the program re-ran (in its exec(...) line)
@@ -389,7 +390,7 @@ def make_runner(sys, os, signal, channel, path):
                 return False  # a generator (coroutine) of the cell runs on in its own frames
         if "__doc__" in rerun.co_names and "__doc__" not in code.co_names:
             namespace["__doc__"] = rerun.co_consts[0]  # a docstring: the re-run sets __doc__
-        current = [getattr(owner, name) for owner, name in replay_tools]
+        current = [b.getattr(owner, name) for owner, name in replay_tools]
         unchanged = b.all(now is then for now, then in b.zip(current, replay_originals))
         return unchanged and not b.any(name in namespace for name in replay_names)
     def run_session(source, namespace):
