@@ -349,9 +349,23 @@ SAME_AS_RERUN = {
     "docstring of an earlier cell": ['"""the doc"""\nx = 1', "print(__doc__, x)"],
     "builtins shadowed by an earlier cell": ["from re import compile", "x = 41", "print(x + 1)"],
     "builtins the session's runner uses, shadowed": [
-        "getattr = any = all = len = type = zip = id = isinstance = open = int = None\nx = 1",
+        "getattr = any = all = len = type = zip = id = isinstance = open = int = None\n"
+        "set = map = bool = None\nx = 1",
         "def f():\n    return x\n\nprint(f())",
         "print(f() + 1)",
+    ],
+    "os.write in an earlier cell": [
+        "import os\nos.write(1, b'past sys.stdout\\n')\nv = 1",
+        "print(v)",
+        "print(v + 1)",
+    ],
+    "a subprocess's output in an earlier cell": [
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'print(7)'])",
+        "print('after')",
+    ],
+    "sys.stdout.buffer in an earlier cell": [
+        "import sys\nsys.stdout.buffer.write(b'raw\\n')\nw = 2",
+        "print(w)",
     ],
     "the re-run's own names": ["_c = 5\n_io = 6", "print(_io)", "print(_c)"],
     "atexit in an earlier cell": ["import atexit\natexit.register(print, 'bye')", "print('x')"],

@@ -273,7 +273,7 @@ def make_runner(sys, os, signal, channel, path):
     # socket to the caller (None for a single program). The builtins it needs are bound here,
     # once: looked up at run time they would come from __main__, the program's namespace,
     # where a cell's `from re import compile` or `from os import *` would replace them.
-    import ast, builtins, gc, re, types
+    import ast, builtins, gc, types
     b = types.SimpleNamespace(**vars(builtins))  # a copy: later changes to builtins miss it
     # What the re-run of earlier cells (program_with_history) looks up as it runs them
     replay_names = ("exec", "compile", "BaseException", "_c", "_io")
@@ -284,10 +284,7 @@ def make_runner(sys, os, signal, channel, path):
         (io_module, "StringIO"),
         *((builtins, name) for name in replay_names[:3]),
     ]
-    replay_originals = [getattr(owner, name) for owner, name in replay_tools]
-    # _c and _io are deleted after the re-run: a re-run cell that binds one leaves no trace
-    # but breaks the re-run of the cells after it.
-    binds_replay_module = re.compile(rb"\\b_(c|io)\\b").search
+    replay_originals = [b.getattr(owner, name) for owner, name in replay_tools]
     def exit_status(code):
         if code is None:
             return 0
@@ -343,6 +340,38 @@ def make_runner(sys, os, signal, channel, path):
         tree = b.compile(source, path, "exec", ast.PyCF_ONLY_AST)
         del tree.body[1 : 1 + history]
         return b.compile(tree, path, "exec")
+    # Names of what writes past sys.stdout and sys.stderr (to the descriptors, from another
+    # program) or needs them to be files: the re-run, which only swaps sys.stdout and
+    # sys.stderr for StringIOs, would print again what a cell using them wrote, or fail
+    # where it did not (os.write needs both names).
+    past_sys_stdout = {
+        *("subprocess", "pty", "multiprocessing", "ctypes", "system", "popen", "fdopen"),
+        *("__stdout__", "__stderr__", "buffer", "fileno", "isatty", "reconfigure", "dup2"),
+        *("writev", "pwrite", "sendfile", "posix_spawn", "posix_spawnp", "execv", "execve"),
+        *("execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnv"),
+    }
+    def names_of(code, found):
+        found.update(code.co_names)
+        for const in code.co_consts:
+            if b.isinstance(const, types.CodeType):
+                names_of(const, found)
+        return found
+    def rerun_repeats_more(code):
+        # whether a re-run of this cell would write or fail where its own run did not
+        names = names_of(code, b.set())
+        return b.bool(names & past_sys_stdout) or {"os", "write"} <= names
+    def compiled_as_rerun(cell):
+        # a cell as the re-run compiles it; its warnings go where the re-run's do (the
+        # warnings' state is left alone); None if it does not compile
+        try:
+            with contextlib_module.redirect_stderr(io_module.StringIO()):
+                return b.compile(cell, "<cell>", "exec")
+        except b.BaseException:
+            return None
+    def rerun_cells(lines):
+        # the cells a program re-runs, from its exec(compile(...)) lines (one in five)
+        head, tail = b"        exec(compile(", b", '<cell>', 'exec'))"
+        return [ast.literal_eval(line[b.len(head) : -b.len(tail)].decode()) for line in lines]
     suspended_kinds = {types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType}
     def suspended_code(thing):
         frame = b.getattr(thing, "gi_frame", None) or b.getattr(thing, "cr_frame", None)
@@ -365,20 +394,22 @@ def make_runner(sys, os, signal, channel, path):
         # functions' code compiled from the cell alone as "<cell>" (a later traceback shows
         # their frames so, with the cell's own line numbers), its docstring as __doc__.
         # False where that re-run would still differ (a cell that compiles alone but not in
-        # the program, that rebinds what the re-run uses, or that leaves a generator
-        # suspended; a first cell whose program did not compile, so did not re-run the
-        # history): then the session must end.
+        # the program, that rebinds what the re-run uses, writes past sys.stdout or leaves a
+        # generator suspended; a first cell whose program did not compile, so did not re-run
+        # the history): then the session must end.
         *lines, cell = source.split(b"\\n", 2 + 5 * history)
-        if not replayed and b.any(binds_replay_module(line) for line in lines[3::5]):
-            return False  # one of the cells the program re-ran (in its exec(...) line)
-        cell = cell.decode("utf-8", "replace")
-        try:  # its warnings go where the re-run's do (the warnings' state is left alone)
-            with contextlib_module.redirect_stderr(io_module.StringIO()):
-                rerun = b.compile(cell, "<cell>", "exec")
-        except b.BaseException:
-            rerun = None
+        # The cells this program re-ran: what a later re-run repeats of them, or what one
+        # binding _c or _io breaks in it (both deleted after the re-run), leaves no trace.
+        for earlier in b.map(compiled_as_rerun, [] if replayed else rerun_cells(lines[3::5])):
+            if earlier is not None and rerun_repeats_more(earlier):
+                return False
+            if earlier is not None and {"_c", "_io"} & names_of(earlier, b.set()):
+                return False
+        rerun = compiled_as_rerun(cell.decode("utf-8", "replace"))
         if code is None or rerun is None:
             return code is None and rerun is None and (replayed or not history)
+        if rerun_repeats_more(rerun):
+            return False
         pairs = {}
         if not pair_codes(code, rerun, pairs):
             return False
