@@ -367,6 +367,11 @@ SAME_AS_RERUN = {
         "import sys\nsys.stdout.buffer.write(b'raw\\n')\nw = 2",
         "print(w)",
     ],
+    "sys.stdout replaced by an earlier cell": [
+        "import io, sys\nbuf = io.StringIO()\nsys.stdout = buf\nprint('hidden')",
+        "print('visible')",
+        "print(repr(buf.getvalue()))",
+    ],
     "the re-run's own names": ["_c = 5\n_io = 6", "print(_io)", "print(_c)"],
     "atexit in an earlier cell": ["import atexit\natexit.register(print, 'bye')", "print('x')"],
     "KeyboardInterrupt": ["a = 1", "raise KeyboardInterrupt", "print(a)"],

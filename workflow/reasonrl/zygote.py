@@ -433,6 +433,7 @@ def make_runner(sys, os, signal, channel, path):
         # script file (rewritten by the caller) once its token has come; EOF: the end. A cell
         # after which the session cannot go on as the re-run would (KeyboardInterrupt, atexit
         # handlers, see as_rerun_leaves_it) ends as a program does, and so does the process.
+        streams = sys.stdout, sys.stderr
         message = channel.recv(64)
         while message:
             token, history, replayed = message.split()
@@ -471,6 +472,9 @@ def make_runner(sys, os, signal, channel, path):
                     stream.flush()
                 except b.BaseException:
                     status = failed_status
+            # The re-run's redirect_stdout (stderr) puts back, after each cell, the stream
+            # it found: a cell's `sys.stdout = ...` holds for that cell only.
+            sys.stdout, sys.stderr = streams
             channel.send(token + b" %d" % (status & 0xFF))
             message = channel.recv(64)
             if message:
