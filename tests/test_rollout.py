@@ -259,7 +259,7 @@ def test_past_max_sessions_later_cells_rerun_their_history(sandbox, monkeypatch,
 
 
 def test_a_continued_rollout_reruns_its_prefixs_cells(sandbox, always_sessions):
-    first = "```python\nx = 5\nimport os\nos.write(1, b'prefix ran\\n')\n```"
+    first = "```python\nx = 5\nprint('prefix ran')\n```"
     messages = [
         *prompt_messages(PROBLEM, "tool"),
         {"role": "assistant", "content": first},
@@ -270,9 +270,9 @@ def test_a_continued_rollout_reruns_its_prefixs_cells(sandbox, always_sessions):
     (row,) = continue_rollouts(
         engine, [prefix], SamplingParams(), RolloutLimits(max_turns=3), sandbox
     )
-    # The first new cell re-runs the prefix's (its os.write shows), in the session it opens
-    # as the re-run program does; the next runs once there.
-    assert _outputs(row)[1:] == ["prefix ran\n5", "6"] and row["tool_status"] == ["ok", "ok"]
+    # The first new cell re-runs the prefix's silently, in the session it opens, as the
+    # re-run program does; the next runs once there.
+    assert _outputs(row)[1:] == ["5", "6"] and row["tool_status"] == ["ok", "ok"]
     assert always_sessions == [[first.removeprefix("```python\n").removesuffix("```")]]
     assert sandbox_processes() == [] and ours() == []
 

@@ -919,8 +919,10 @@ class Session:
     RLIMIT_CPU and the memory cap hold for the process's whole life (the re-run's CPU time
     and memory are the earlier cells'), and a cell's wall clock is what the earlier cells of
     the process left of wall_seconds. What a re-run would not repeat exactly (the clock, pids,
-    random numbers, files an earlier cell appended to, output an earlier cell wrote past
-    sys.stdout) can differ, as it differs between two re-runs.
+    unseeded random numbers, object addresses) can differ, as it differs between two
+    re-runs, and so can the frames below the cell (the session's runner is not
+    run_program) and their count where the pool would run the re-run program in a fresh
+    sandbox (a batch no larger than its workers) rather than a zygote.
 
     The process is a session-mode program of a zygote leased for the session's life (the
     pool's zygotes while sandbox.warm() is open; see reasonrl.zygote): seccomp-filtered,
@@ -976,10 +978,11 @@ class Session:
         if self._live is None:
             self._live = _LiveSession(self.sandbox, program, len(self.history))
         live = self._live
+        began = time.monotonic()  # (a new process's zygote start is no cell's time)
         cell_limits = replace(limits, wall_seconds=limits.wall_seconds - live.elapsed)
         supervisor = _SessionSupervisor(live, cell_limits)
         result = supervisor.wait(live.program.ready.fileno(), start, cancel, deadline)
-        live.elapsed += result.duration
+        live.elapsed += time.monotonic() - began
         if supervisor.wait_status is not None:  # the process has ended (or was killed)
             live.ended = True
             self.close()
@@ -988,8 +991,8 @@ class Session:
 
 class _LiveSession:
     """A session's process in its zygote, with what it holds (released by close()).
-    elapsed: the wall-clock seconds of its cells so far (a re-run program's would be theirs
-    too)."""
+    elapsed: the wall-clock seconds its cells have run so far (a re-run program's would be
+    theirs too)."""
 
     def __init__(self, sandbox: Sandbox, first_program: str, history: int) -> None:
         self._resources = ExitStack()

@@ -465,7 +465,11 @@ def make_runner(sys, os, signal, channel, path):
                     sys.unraisablehook(exc)
             atexit = sys.modules.get("atexit")
             goes_on = not interrupted and not (atexit and atexit._ncallbacks())
-            if not (goes_on and as_rerun_leaves_it(source, history, replayed, code, namespace)):
+            try:
+                goes_on = goes_on and as_rerun_leaves_it(source, history, replayed, code, namespace)
+            except b.BaseException:  # (what the cell left broke the check): as a program
+                goes_on = False
+            if not goes_on:
                 end_program(status, interrupted)
             for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
                 try:
