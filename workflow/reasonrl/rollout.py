@@ -39,12 +39,15 @@ _DESCRIPTORS_PER_SESSION = 16  # about ten, with room for the rest of the proces
 # (bwrap and an interpreter with its preloaded modules) started for it and closed after it.
 # Measured 72 ms (median of 15; 66 to 79 ms) for Sandbox._start_zygote() and close() on the
 # 2-core CI machine, against 8 ms for a short cell's re-run program in a warm zygote (see
-# bench/session_cells.py, which prints both). The threshold is twice that: the measured
-# re-run is a program's duration, and the first program of each pool worker in a batch
-# includes starting the worker's zygote, the same 70 ms or more on a busy machine, which
-# must not open a session for cells of milliseconds. Those, as most cells are, never reach
-# it: their trajectories run exactly as without sessions.
-SESSION_OPEN_SECONDS = 0.2
+# bench/session_cells.py, which prints both), rounded up. The measured re-run is a
+# program's duration, which for the first program of each pool worker in a batch includes
+# starting the worker's zygote (those 70 ms): a trajectory of millisecond cells stays under
+# it even then (none of 16 six-cell ones opened a session in the bench), and one that
+# passes it on a busy machine costs a zygote start, not an output. Twice the threshold
+# (0.2 s) would open sessions for 50 ms cells only at their fifth: 1.27x at six cells in
+# the bench, against 1.92x at 0.1 s. With max_turns 2, as in CI's fixtures, no session
+# ever opens: a second cell is a trajectory's last.
+SESSION_OPEN_SECONDS = 0.1
 
 
 @dataclass
