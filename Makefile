@@ -39,7 +39,7 @@ layers: setup graphviz
 # Every benchmark side by side, each appending its section to BENCHMARKS.md: the CPU ones,
 # the vLLM one in its venv, the tool loop's when `make run` has made its sft-tool policy,
 # and the GPU one where torch sees a GPU.
-CPU_BENCHES := sandbox_throughput sft_packing mdpo_reference_cache prm_scoring online_async
+CPU_BENCHES := sandbox_throughput session_cells sft_packing mdpo_reference_cache prm_scoring online_async
 bench: setup vllm
 	for name in $(CPU_BENCHES); do $(BIN)/python bench/$$name.py; done
 	$(VLLM_VENV)/bin/python bench/generation_engines.py

@@ -1,14 +1,19 @@
 """The multi-turn tool loop, driven by a scripted engine and the real sandbox."""
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
+from isolation import sandbox_processes
+from test_sessions import ours
 
+from reasonrl import rollout
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import load_schema
 from reasonrl.models import train_tokenizer
-from reasonrl.rollout import RolloutLimits, program_with_history, run_rollouts
-from reasonrl.sandbox import Sandbox
+from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts, run_rollouts
+from reasonrl.sandbox import Sandbox, SandboxLimits, program_with_history
+from reasonrl.tasks import prompt_messages
 
 PROBLEM = {
     "id": "p0",
@@ -134,6 +139,167 @@ def test_rows_follow_the_schema_and_all_samples_advance_together(sandbox):
         jsonschema.validate(row, load_schema("trajectory"))
 
 
+def _outputs(row: dict) -> list[str]:
+    """The interpreter's turns (after the prompt), without their ```output fence."""
+    users = [m["content"] for m in row["messages"] if m["role"] == "user"][1:]
+    return [text.removeprefix("```output\n").removesuffix("\n```") for text in users]
+
+
+@pytest.fixture
+def sessions_opened(sandbox, monkeypatch) -> list[list[str]]:
+    """The history of each session the rollout opens."""
+    opened: list[list[str]] = []
+    session = Sandbox.session
+
+    def recorded(self: Sandbox, history=()):
+        opened.append(list(history))
+        return session(self, history)
+
+    monkeypatch.setattr(Sandbox, "session", recorded)
+    return opened
+
+
+@pytest.fixture
+def always_sessions(monkeypatch, sessions_opened) -> list[list[str]]:
+    """Sessions open from a trajectory's second cell on, however fast its cells."""
+    monkeypatch.setattr(rollout, "SESSION_OPEN_SECONDS", -1.0)
+    return sessions_opened
+
+
+NOTEBOOK = ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```python\nprint(n)\n```"]
+
+
+def test_a_notebook_three_cells_long(sandbox, always_sessions):
+    (row,) = _roll(ScriptedEngine(NOTEBOOK), sandbox, RolloutLimits(max_turns=3))
+    assert _outputs(row) == ["", "2", "2"] and row["tool_status"] == ["ok"] * 3
+    assert always_sessions == [["n = 1\n"]]
+
+
+def test_fast_cells_never_open_a_session_and_each_reruns_its_history(sandbox, sessions_opened):
+    # Re-running the history before each cell shows cell 1's os.write again (it goes past
+    # sys.stdout) and draws another random number in cell 3: the program of each cell is
+    # the re-run one, exactly as before sessions.
+    cells = [
+        "n = 1\nimport os\nos.write(1, b'cell one\\n')\n",
+        "n += 1\nimport random\nr = random.random()\nprint(n, r)\n",
+        "print(n, r)\n1 / 0\n",
+    ]
+    engine = ScriptedEngine([*(f"```python\n{cell}```" for cell in cells), "\\boxed{2}"])
+    (row,) = _roll(engine, sandbox)
+    outputs = _outputs(row)
+    assert sessions_opened == []
+    assert outputs[0] == "cell one" and outputs[1].startswith("cell one\n2 0.")
+    assert outputs[2].startswith("cell one\n2 0.") and outputs[2] != outputs[1]
+    assert 'main.py", line 14, in <module>' in outputs[2]  # the re-run's line numbers
+    assert row["tool_status"] == ["ok", "ok", "error"]
+
+
+SLOW_NOTEBOOK = [
+    "import time\ntime.sleep(0.3)\nx = 1\ndef f(n):\n    return 1 / n\n",
+    "x += 1\nprint(x)\nimport sys\nprint('to stderr', file=sys.stderr)\n",
+    "print(f(x))\nprint(f(0))\n",
+    "print(x)\nprint(y)\n",
+]
+
+
+def test_a_trajectory_whose_cells_are_slow_gets_a_session_and_the_same_outputs(
+    sandbox, sessions_opened, monkeypatch
+):
+    engine = ScriptedEngine([*(f"```python\n{cell}```" for cell in SLOW_NOTEBOOK), "\\boxed{2}"])
+    limits = RolloutLimits(max_turns=5)
+    with_sessions = _roll(engine, sandbox, limits, n=2)
+    assert sessions_opened == [SLOW_NOTEBOOK[:1]] * 2  # opened at the second cell
+    monkeypatch.setattr(rollout, "SESSION_OPEN_SECONDS", float("inf"))
+    without = _roll(ScriptedEngine(engine.script), sandbox, limits, n=2)
+    assert len(sessions_opened) == 2
+    assert [_outputs(row) for row in with_sessions] == [_outputs(row) for row in without]
+    assert [row["tool_status"] for row in with_sessions] == [["ok", "ok", "error", "error"]] * 2
+    assert [r["tool_status"] for r in with_sessions] == [r["tool_status"] for r in without]
+
+
+def test_no_session_opens_for_a_trajectorys_last_possible_cell(sandbox, sessions_opened):
+    engine = ScriptedEngine([f"```python\n{cell}```" for cell in SLOW_NOTEBOOK])
+    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=2))
+    assert sessions_opened == [] and row["tool_status"] == ["ok", "ok"]
+
+
+def test_a_first_cell_that_raised_leaves_its_state(sandbox):
+    engine = ScriptedEngine(
+        ["```python\nx = 1\nraise ValueError\nx = 2\n```", "```python\nprint(x)\n```"]
+    )
+    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=2))
+    assert row["tool_status"] == ["error", "ok"] and _outputs(row)[1] == "1"
+
+
+def test_a_timeout_in_a_later_cell_is_reported_and_leaves_no_process(always_sessions):
+    fast = Sandbox(SandboxLimits(cpu_seconds=1, wall_seconds=3))
+    engine = ScriptedEngine(
+        ["```python\nx = 1\n```", "```python\nwhile True:\n    pass\n```", "\\boxed{1}"]
+    )
+    (row,) = _roll(engine, fast)
+    assert row["tool_status"] == ["ok", "timeout"]
+    assert "[timeout:" in _outputs(row)[1]
+    assert sandbox_processes() == [] and ours() == []
+
+
+def test_trajectories_have_sessions_of_their_own(sandbox, always_sessions):
+    engine = ScriptedEngine(
+        ["```python\npass\n```", "```python\nprint('v' in globals())\nv = 1\n```"]
+    )
+    rows = _roll(engine, sandbox, RolloutLimits(max_turns=2), n=3)
+    assert [_outputs(row) for row in rows] == [["", "False"]] * 3
+
+
+def test_past_max_sessions_later_cells_rerun_their_history(sandbox, monkeypatch, always_sessions):
+    monkeypatch.setattr(rollout, "MAX_SESSIONS", 1)
+    rows = _roll(ScriptedEngine(NOTEBOOK), sandbox, RolloutLimits(max_turns=3), n=2)
+    assert [_outputs(row) for row in rows] == [["", "2", "2"]] * 2
+    assert len(always_sessions) == 1
+    assert sandbox_processes() == [] and ours() == []
+
+
+def test_a_continued_rollout_reruns_its_prefixs_cells(sandbox, always_sessions):
+    first = "```python\nx = 5\nprint('prefix ran')\n```"
+    messages = [
+        *prompt_messages(PROBLEM, "tool"),
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "```output\nprefix ran\n```"},
+    ]
+    engine = ScriptedEngine([first, "```python\nprint(x)\n```", "```python\nprint(x + 1)\n```"])
+    prefix = RolloutPrefix(PROBLEM, messages)
+    (row,) = continue_rollouts(
+        engine, [prefix], SamplingParams(), RolloutLimits(max_turns=3), sandbox
+    )
+    # The first new cell re-runs the prefix's silently, in the session it opens, as the
+    # re-run program does; the next runs once there.
+    assert _outputs(row)[1:] == ["5", "6"] and row["tool_status"] == ["ok", "ok"]
+    assert always_sessions == [[first.removeprefix("```python\n").removesuffix("```")]]
+    assert sandbox_processes() == [] and ours() == []
+
+
+class FailingEngine(ScriptedEngine):
+    """Raises at its `fail_at`-th generate call, as an interrupted rollout would."""
+
+    def __init__(self, script: list[str], fail_at: int):
+        super().__init__(script)
+        self.fail_at = fail_at
+
+    def generate(self, prompts, params: SamplingParams):
+        if len(self.budgets) + 1 == self.fail_at:
+            raise RuntimeError("interrupted")
+        return super().generate(prompts, params)
+
+
+def test_sessions_are_closed_when_the_rollout_ends_or_fails(sandbox, always_sessions):
+    daemon = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)"
+    script = ["```python\nx = 1\n```", f"```python\n{daemon}\n```", "```python\nprint(x)\n```"]
+    _roll(ScriptedEngine(script), sandbox, RolloutLimits(max_turns=3), n=2)
+    assert sandbox_processes() == [] and ours() == []
+    with pytest.raises(RuntimeError, match="interrupted"):
+        _roll(FailingEngine(script, fail_at=3), sandbox, RolloutLimits(max_turns=3), n=2)
+    assert sandbox_processes() == [] and ours() == []
+
+
 def test_program_with_history_swallows_old_errors():
     program = program_with_history(["x = 1\nprint('old')", "raise ValueError"], "print(x + 1)")
     namespace: dict = {}
@@ -168,3 +334,45 @@ def test_an_answer_planted_by_a_code_cell_is_never_the_trajectorys(sandbox, scri
     assert outputs and "\\boxed{42}" in outputs[0] and "The answer is 42." in outputs[0]
     assert row["final_answer"] != "42" and not row["correct"], row
     assert [m["role"] for m in row["messages"]][:3] == ["user", "assistant", "user"]
+
+
+class FakeSession:
+    def __init__(self, closed: list[str], name: str, fails: bool = False):
+        self.closed, self.name, self.fails = closed, name, fails
+
+    def close(self) -> None:
+        self.closed.append(self.name)
+        if self.fails:
+            raise OSError(f"{self.name} failed to close")
+
+
+def test_every_session_is_closed_even_if_one_close_raises():
+    closed: list[str] = []
+    states = [
+        SimpleNamespace(session=FakeSession(closed, name, fails=name == "b"))
+        for name in ("a", "b", "c")
+    ]
+    with pytest.raises(OSError, match="b failed"):
+        rollout._close_sessions(states)
+    assert sorted(closed) == ["a", "b", "c"]
+    assert [state.session for state in states] == [None] * 3
+
+
+def _capped(monkeypatch, soft_nofile: int, pool_memory_mb: int = 0, workers: int = 2) -> int:
+    monkeypatch.setattr(rollout.resource, "getrlimit", lambda kind: (soft_nofile, soft_nofile))
+    sandbox = SimpleNamespace(
+        pool_memory_mb=pool_memory_mb, workers=workers, limits=SimpleNamespace(memory_mb=256)
+    )
+    return rollout.session_cap(sandbox)
+
+
+def test_open_sessions_are_capped_by_our_descriptor_limit(monkeypatch):
+    assert _capped(monkeypatch, 1024) == 64  # 1024 // 16
+    assert _capped(monkeypatch, 1 << 20) == rollout.MAX_SESSIONS
+    assert _capped(monkeypatch, rollout.resource.RLIM_INFINITY) == rollout.MAX_SESSIONS
+
+
+def test_open_sessions_are_capped_by_the_pools_memory_beside_its_workers(monkeypatch):
+    assert _capped(monkeypatch, 1 << 20, pool_memory_mb=4096, workers=2) == 14  # 16 - 2
+    assert _capped(monkeypatch, 1 << 20, pool_memory_mb=512, workers=4) == 0
+    assert _capped(monkeypatch, 1024, pool_memory_mb=1 << 20) == 64

@@ -24,18 +24,20 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult
+from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult, Session
 
 _POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
 class Program:
-    """A program of a batch; limits=None takes the pool's sandbox limits."""
+    """A program of a batch; limits=None takes the pool's sandbox limits. With a session,
+    the code is that session's next cell (its sandbox's limits, no stdin)."""
 
     code: str
     stdin: str = ""
     limits: SandboxLimits | None = None
+    session: Session | None = None
 
 
 class WorkerPool:
@@ -103,11 +105,7 @@ class WorkerPool:
                     index = todo.get_nowait()
                 except queue.Empty:
                     return
-                item = items[index]
-                sandbox = self.sandbox
-                if item.limits is not None:
-                    sandbox = sandbox.with_limits(item.limits)
-                results[index] = sandbox.run(item.code, item.stdin, cancel=token, deadline=deadline)
+                results[index] = self._run_one(items[index], token, deadline)
                 finished.put(index)
 
         threads = [
@@ -128,6 +126,14 @@ class WorkerPool:
             for thread in threads:
                 thread.join()
         return results  # type: ignore[return-value]  (every index was filled)
+
+    def _run_one(self, item: Program, token: CancelToken, deadline: float | None) -> SandboxResult:
+        if item.session is not None:
+            return item.session.run(item.code, cancel=token, deadline=deadline)
+        sandbox = self.sandbox
+        if item.limits is not None:
+            sandbox = sandbox.with_limits(item.limits)
+        return sandbox.run(item.code, item.stdin, cancel=token, deadline=deadline)
 
 
 def _wait_for(finished: queue.SimpleQueue) -> int:

@@ -1,24 +1,53 @@
 """The multi-turn tool loop: model turn -> run its ```python block -> ```output``` user turn.
 
 All live trajectories advance together each turn (one batched generate call per turn and
-per token budget); each new code block runs in the sandbox after the trajectory's earlier
-blocks, whose output is discarded, so state carries over between turns.
+per token budget), and then their new code blocks run together in the sandbox's pool. State
+carries over between turns as in a notebook: each new cell runs after the trajectory's
+earlier cells, re-run silently (program_with_history), so its program's time grows with the
+history. Where re-running the history takes longer than opening an interpreter session
+(SESSION_OPEN_SECONDS), and the trajectory has a turn left for another cell, its cells from
+then on run in a session of its own (reasonrl.sandbox.Session): the first one re-runs the
+history as the program would, and each later one runs once. A session's cell prints what the
+re-run program prints, so sessions change no rollout, only its time. A trajectory's session is
+closed when it ends, and every session when the rollout ends (on an exception too);
+session_cap caps those open at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import resource
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
 from reasonrl.chat import CODE_BLOCK, render
 from reasonrl.generation import GenerationEngine, SamplingParams
-from reasonrl.pool import WorkerPool
+from reasonrl.pool import Program, WorkerPool
+from reasonrl.sandbox import Sandbox, Session, program_with_history
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 from reasonrl.tasks.tool_turns import output_turn
 
 # The model's turn ends with its code; it must not write the interpreter's output itself.
 STOP = ("```output",)
+# Sessions open at once, at most (see session_cap): each holds a zygote, a sandbox uid (of
+# 1024) and about ten descriptors of ours. Past it, a trajectory's later cells each re-run its
+# earlier ones in a program of their own, as before sessions.
+MAX_SESSIONS = 256
+_DESCRIPTORS_PER_SESSION = 16  # about ten, with room for the rest of the process
+# A session pays once re-running a trajectory's cells takes longer than opening one: a zygote
+# (bwrap and an interpreter with its preloaded modules) started for it and closed after it.
+# Measured 72 ms (median of 15; 66 to 79 ms) for Sandbox._start_zygote() and close() on the
+# 2-core CI machine, against 8 ms for a short cell's re-run program in a warm zygote (see
+# bench/session_cells.py, which prints both), rounded up. The measured re-run is a
+# program's duration, which for the first program of each pool worker in a batch includes
+# starting the worker's zygote (those 70 ms): a trajectory of millisecond cells stays under
+# it even then (none of 16 six-cell ones opened a session in the bench), and one that
+# passes it on a busy machine costs a zygote start, not an output. Twice the threshold
+# (0.2 s) would open sessions for 50 ms cells only at their fifth: 1.27x at six cells in
+# the bench, against 1.92x at 0.1 s. With max_turns 2, as in CI's fixtures, no session
+# ever opens: a second cell is a trajectory's last.
+SESSION_OPEN_SECONDS = 0.1
 
 
 @dataclass
@@ -44,6 +73,10 @@ class _State:
     turn_token_ids: list[list[int]] = field(default_factory=list)  # sampled ids, per model turn
     finish_reason: str | None = None
     partial: str = ""  # start of the next model turn, given (a step prefix); the model continues it
+    session: Session | None = None  # once re-running its cells costs more than opening one
+    # What re-running its cells so far took: the duration of the program that last ran them
+    # all (0 for a continued rollout's prefix, whose cells ran elsewhere).
+    rerun_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -55,21 +88,6 @@ class RolloutPrefix:
     messages: list[dict]
     partial: str = ""
     sample: int = 0
-
-
-def program_with_history(previous: list[str], cell: str) -> str:
-    """Earlier cells re-run silently (errors swallowed, as a notebook keeps state), then `cell`."""
-    lines = ["import contextlib as _c, io as _io"]
-    for old in previous:
-        lines += [
-            "with _c.redirect_stdout(_io.StringIO()), _c.redirect_stderr(_io.StringIO()):",
-            "    try:",
-            f"        exec(compile({old!r}, '<cell>', 'exec'))",
-            "    except BaseException:",
-            "        pass",
-        ]
-    lines.append("del _c, _io")
-    return "\n".join(lines) + "\n" + cell
 
 
 def last_code_block(text: str) -> str | None:
@@ -105,7 +123,7 @@ def continue_rollouts(
     policy: str = "",
 ) -> list[dict]:
     """Complete each prefix with the tool loop (all prefixes batched together); the turn cap
-    counts the prefix's model turns, and earlier code cells are re-run for their state."""
+    counts the prefix's model turns, and the prefix's code cells are re-run for their state."""
     states = []
     for prefix in prefixes:
         messages = [dict(m) for m in prefix.messages]
@@ -125,15 +143,21 @@ def continue_rollouts(
 
 
 def _roll(engine, states: list[_State], params, limits, sandbox, policy: str) -> list[dict]:
+    # Each turn's batch runs as the pool runs any (in zygotes if it has more programs than
+    # workers): the same programs, so the same outputs, as without sessions.
     with engine.conversation():
-        for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
-            for state in states:
-                if state.finish_reason is None and state.turns >= limits.max_turns:
-                    state.finish_reason = "max_turns"
-            live = [s for s in states if s.finish_reason is None]
-            if not live:
-                break
-            _advance(engine, live, params, limits, sandbox, turn)
+        try:
+            for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
+                for state in states:
+                    if state.finish_reason is None and state.turns >= limits.max_turns:
+                        state.finish_reason = "max_turns"
+                _close_sessions([s for s in states if s.finish_reason is not None])
+                live = [s for s in states if s.finish_reason is None]
+                if not live:
+                    break
+                _advance(engine, live, params, limits, sandbox, turn)
+        finally:
+            _close_sessions(states)
     for state in states:
         if state.finish_reason is None:
             state.finish_reason = "max_turns"
@@ -184,11 +208,64 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
                 state.finish_reason = "eos"
             else:
                 to_run.append((state, code))
-    programs = [program_with_history(s.cells, code) for s, code in to_run]
+    _close_sessions([s for s in live if s.finish_reason is not None])  # their zygotes are free
+    programs = _cell_programs(to_run, sandbox, live, limits)
     for (state, code), result in zip(to_run, WorkerPool(sandbox).run(programs), strict=True):
+        if state.session is None:  # it re-ran every cell so far
+            state.rerun_seconds = result.duration
         state.cells.append(code)
         state.tool_status.append(result.status)
         state.messages.append(output_turn(result.output))
+
+
+def _cell_programs(
+    to_run: list[tuple[_State, str]], sandbox, live: list[_State], limits: RolloutLimits
+) -> list[Program]:
+    """Each cell's program: the cell after its trajectory's earlier ones re-run, or the
+    cell in the trajectory's session, opened here where a session pays (see needs_session)."""
+    open_sessions = sum(state.session is not None for state in live)
+    cap = session_cap(sandbox)
+    programs = []
+    for state, code in to_run:
+        if state.session is None and open_sessions < cap and needs_session(state, limits):
+            state.session = sandbox.session(state.cells)
+            open_sessions += 1
+        if state.session is not None:
+            programs.append(Program(code, session=state.session))
+        else:
+            programs.append(Program(program_with_history(state.cells, code)))
+    return programs
+
+
+def needs_session(state: _State, limits: RolloutLimits) -> bool:
+    """Whether the trajectory's next cell should open a session: its first cell there re-runs
+    the history as the program would (plus the opening), so it pays from the cell after on,
+    which must be possible (a turn left), and only if re-running costs more than opening."""
+    has_later_turn = state.turns < limits.max_turns
+    return bool(state.cells) and has_later_turn and state.rerun_seconds > SESSION_OPEN_SECONDS
+
+
+def session_cap(sandbox: Sandbox) -> int:
+    """Sessions open at once, at most: MAX_SESSIONS, fewer where their descriptors would pass
+    our soft RLIMIT_NOFILE, or where their memory (memory_mb each, held between cells too) and
+    that of the pool's running workers would pass the sandbox's pool_memory_mb."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    cap = MAX_SESSIONS
+    if soft != resource.RLIM_INFINITY:
+        cap = min(cap, soft // _DESCRIPTORS_PER_SESSION)
+    if sandbox.pool_memory_mb:
+        sessions_memory = sandbox.pool_memory_mb // sandbox.limits.memory_mb - sandbox.workers
+        cap = min(cap, max(0, sessions_memory))
+    return cap
+
+
+def _close_sessions(states: list[_State]) -> None:
+    """Close each one's session, all of them even if one's close() raises (then re-raised)."""
+    with contextlib.ExitStack() as closing:
+        for state in states:
+            if state.session is not None:
+                closing.callback(state.session.close)
+                state.session = None
 
 
 def _row(state: _State, final: str | None, correct: bool, policy: str, decoding: str) -> dict:

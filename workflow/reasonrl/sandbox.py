@@ -18,6 +18,9 @@ interpreter: a warm interpreter in one such sandbox per pool worker forks it and
 set-up in the child (reasonrl.zygote); the caller's side, its supervision and its results are
 the same.
 
+A Session (the tool loop's notebook) keeps one such forked process alive across cells, so a
+cell never re-runs the ones before it, and prints what re-running them would have printed.
+
 bwrap's outer process exits as soon as the program's exit status is known, before the
 sandbox's pid 1 (bwrap's init) has exited; that pid 1 would be reparented to the host's init,
 which in a container may never reap it. So while runs are in progress the caller is a child
@@ -34,6 +37,7 @@ import fcntl
 import json
 import math
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -45,9 +49,9 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -62,6 +66,7 @@ from reasonrl.zygote import (
     ZYGOTE_SOURCE,
     WarmZygotes,
     Zygote,
+    ZygoteBroken,
 )
 
 STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "refused", "cancelled")
@@ -90,6 +95,7 @@ _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "out of memory")
 # clock under a 2 s hard limit, in CI).
 _CPU_ACCOUNTING_SLACK_SECONDS = 0.05
 _TAIL_LINES = 5
+_STALE_READS = 64  # at most this many chunks of a session's between-cells output are skipped
 _STDERR_FLOOD_FACTOR = 64  # stderr may exceed the kept cap this many times over
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
 _PROGRAM_FILE_MARK = 'main.py", line '  # how a traceback names a frame of the program itself
@@ -108,6 +114,7 @@ cpu, mem, nproc, fsize, uid, ready, cgroup, site = map(int, sys.argv[1:9])
 if cgroup >= 0:
     os.write(cgroup, b"0")
 path = sys.argv[9]
+keep = 2
 """
     + CONFINE_SOURCE
     + """\
@@ -312,16 +319,14 @@ class Sandbox:
         time.monotonic() instant after which it is stopped ("cancelled"), e.g. its batch's.
         """
         start = time.monotonic()
-        cancelled = cancel is not None and cancel.cancelled
-        if cancelled or (deadline is not None and deadline <= start):
+        if _cancelled_before(start, cancel, deadline):
             return SandboxResult("cancelled", "", "", None, 0.0)
         try:
             if self.zygote and self._zygotes.active:
                 return self._run_in_zygote(code, stdin, start, cancel, deadline)
             return self._run(code, stdin, start, cancel, deadline)
         except Exception as exc:  # the caller must survive a sandbox that cannot start
-            message = f"sandbox failed: {type(exc).__name__}: {exc}"
-            return SandboxResult("refused", "", message, None, time.monotonic() - start)
+            return _refused(exc, start)
 
     def _run(
         self, code: str, stdin: str, start: float, cancel: CancelToken | None, deadline
@@ -355,40 +360,55 @@ class Sandbox:
             )
             return supervisor.wait(fds.ready_read.fileno(), start, cancel, deadline)
 
+    def session(self, history: Sequence[str] = ()) -> Session:
+        """An interpreter session whose cells share one namespace (see Session); history:
+        cells run before it (elsewhere), replayed silently before its first cell."""
+        return Session(self, history)
+
     def _run_in_zygote(
         self, code: str, stdin: str, start: float, cancel: CancelToken | None, deadline
     ) -> SandboxResult:
-        limits = self.limits
         with ExitStack() as resources:
-            # key: what the zygote's bwrap options depend on (the size of its /tmp)
-            lease = self._zygotes.lease(limits.file_size_mb, self._start_zygote)
-            zygote = resources.enter_context(lease)
-            uid = resources.enter_context(_uid_slot()) if self.drops_root else -1
-            group = MemoryGroup.create(limits.memory_mb * 1024 * 1024)
-            if group is not None:
-                resources.callback(group.remove)
-            stdout_read, stdout_write = (resources.enter_context(end) for end in _pipe())
-            stderr_read, stderr_write = (resources.enter_context(end) for end in _pipe())
-            ready_read, ready_write = (resources.enter_context(end) for end in _pipe())
-            child_ends = [
-                resources.enter_context(_memfd("stdin", stdin.encode("utf-8", "replace"))),
-                stdout_write,
-                stderr_write,
-                ready_write,
-            ]
-            if group is not None:
-                child_ends.append(resources.enter_context(os.fdopen(group.open_procs(), "wb", 0)))
-            numbers = [
-                *self._limit_numbers(uid),
-                int(self.site_packages),
-                int(group is not None),
-            ]
-            source = code.encode("utf-8", "replace")
-            zygote.start_program(source, numbers, [end.fileno() for end in child_ends])
-            for end in child_ends:
-                end.close()  # so reads see EOF once the program's processes are gone
-            supervisor = _ZygoteSupervisor(zygote, stdout_read, stderr_read, limits, group)
-            return supervisor.wait(ready_read.fileno(), start, cancel, deadline)
+            program = self._start_in_zygote(resources, code, stdin, channel=None)
+            supervisor = _ZygoteSupervisor(
+                program.zygote, program.stdout, program.stderr, self.limits, program.group
+            )
+            return supervisor.wait(program.ready.fileno(), start, cancel, deadline)
+
+    def _start_in_zygote(
+        self, resources: ExitStack, code: str, stdin: str, channel: socket.socket | None
+    ) -> _ZygoteProgram:
+        """Start a program in a leased zygote; what it holds is released by `resources`.
+        channel: the program's end of a session's channel (the program is then a session
+        whose first cell is `code`), or None."""
+        limits = self.limits
+        # key: what the zygote's bwrap options depend on (the size of its /tmp)
+        lease = self._zygotes.lease(limits.file_size_mb, self._start_zygote)
+        zygote = resources.enter_context(lease)
+        uid = resources.enter_context(_uid_slot()) if self.drops_root else -1
+        group = MemoryGroup.create(limits.memory_mb * 1024 * 1024)
+        if group is not None:
+            resources.callback(group.remove)
+        stdout_read, stdout_write = (resources.enter_context(end) for end in _pipe())
+        stderr_read, stderr_write = (resources.enter_context(end) for end in _pipe())
+        ready_read, ready_write = (resources.enter_context(end) for end in _pipe())
+        child_ends = [
+            resources.enter_context(_memfd("stdin", stdin.encode("utf-8", "replace"))),
+            stdout_write,
+            stderr_write,
+            ready_write,
+        ]
+        if group is not None:
+            child_ends.append(resources.enter_context(os.fdopen(group.open_procs(), "wb", 0)))
+        if channel is not None:
+            child_ends.append(resources.enter_context(channel))
+        numbers = self._limit_numbers(uid)
+        numbers += [int(self.site_packages), int(group is not None), int(channel is not None)]
+        source = code.encode("utf-8", "replace")
+        zygote.start_program(source, numbers, [end.fileno() for end in child_ends])
+        for end in child_ends:
+            end.close()  # so reads see EOF once the program's processes are gone
+        return _ZygoteProgram(zygote, stdout_read, stderr_read, ready_read, group)
 
     def _start_zygote(self) -> Zygote:
         """A zygote in a fresh bwrap sandbox with this sandbox's options (its /tmp size)."""
@@ -423,7 +443,7 @@ class Sandbox:
         # so it is left alone there; in bwrap it counts the sandbox's own processes.
         max_processes = limits.max_processes if self.bwrap is not None else -1
         return [
-            max(1, math.ceil(limits.cpu_seconds)),
+            _whole_cpu_seconds(limits),
             limits.memory_mb * 1024 * 1024,
             max_processes,
             limits.file_size_mb * 1024 * 1024,
@@ -643,9 +663,13 @@ class _Supervisor:
                 self._kill()
         exitcode = self._reap()
         duration = time.monotonic() - start
-        ready = _read_nonblocking(ready_fd) == b"1"
+        ready = self._was_ready(ready_fd)
         status, returncode = self._classify(stopped_for, exitcode, ready, duration)
         return SandboxResult(status, self.text["stdout"], self.text["stderr"], returncode, duration)
+
+    def _was_ready(self, ready_fd: int) -> bool:
+        """Whether the sandbox got as far as the program (its bootstrap wrote the ready byte)."""
+        return _read_nonblocking(ready_fd) == b"1"
 
     def _ended(self) -> bool:
         """Whether the sandbox is gone by itself (without bwrap, background processes may
@@ -664,6 +688,15 @@ class _Supervisor:
     def _on_exit(self) -> None:
         """bwrap has exited: its pidfd turned readable."""
 
+    def _on_done(self) -> bool | None:
+        """A session's channel turned readable (only _SessionSupervisor has one): whether
+        its cell has ended; None once the channel is closed."""
+        raise NotImplementedError
+
+    def _drain(self) -> str | None:
+        """Once a session's cell has ended: the rest of its output (_SessionSupervisor)."""
+        raise NotImplementedError
+
     def _pump(self, deadline: float, cancel: CancelToken | None) -> str | None:
         """Read until the program exits and its pipes close; why it was cut, if it was."""
         with selectors.DefaultSelector() as selector:
@@ -681,6 +714,13 @@ class _Supervisor:
                     if key.data == "exit":
                         selector.unregister(key.fileobj)
                         self._on_exit()
+                        continue
+                    if key.data == "done":  # a session's channel: its cell may have ended
+                        done = self._on_done()
+                        if done is None:
+                            selector.unregister(key.fileobj)
+                        elif done:  # the process lives on
+                            return self._drain()
                         continue
                     data = os.read(key.fd, _READ_CHUNK)
                     if not data:
@@ -835,6 +875,267 @@ class _ZygoteSupervisor(_Supervisor):
 
     def _program_returncode(self, exitcode: int) -> int:
         return os.waitstatus_to_exitcode(exitcode)
+
+
+@dataclass(frozen=True)
+class _ZygoteProgram:
+    """A program a zygote has started: the zygote, our ends of its pipes, its memory group."""
+
+    zygote: Zygote
+    stdout: BinaryIO
+    stderr: BinaryIO
+    ready: BinaryIO
+    group: MemoryGroup | None
+
+
+def program_with_history(previous: Sequence[str], cell: str) -> str:
+    """Earlier cells re-run silently (errors swallowed, as a notebook keeps state), then `cell`.
+
+    The tool loop's program for a cell since before sessions, kept byte for byte: a cell's
+    output (its traceback's line numbers too) is what the policies were trained on, and a
+    session's cell must print the same (see Session)."""
+    lines = ["import contextlib as _c, io as _io"]
+    for old in previous:
+        lines += [
+            "with _c.redirect_stdout(_io.StringIO()), _c.redirect_stderr(_io.StringIO()):",
+            "    try:",
+            f"        exec(compile({old!r}, '<cell>', 'exec'))",
+            "    except BaseException:",
+            "        pass",
+        ]
+    lines.append("del _c, _io")
+    return "\n".join(lines) + "\n" + cell
+
+
+class Session:
+    """An interpreter session (a notebook): cells run one after another in one process, in
+    one namespace, so each sees what the earlier ones left, and each cell runs once.
+
+    A cell's result is the one the tool loop's re-run program, program_with_history(the
+    cells before, the cell), gives: the session's process runs that very program (from
+    /tmp/main.py, so tracebacks show its line numbers and lines) less the re-run of the
+    cells it has run already, and after each cell makes what the cell defined look as its
+    re-run would (see reasonrl.zygote's make_runner). Its limits are that program's too:
+    RLIMIT_CPU and the memory cap hold for the process's whole life (the re-run's CPU time
+    and memory are the earlier cells'), and a cell's wall clock is what the earlier cells of
+    the process left of wall_seconds. What a re-run would not repeat exactly (the clock, pids,
+    unseeded random numbers, object addresses) can differ, as it differs between two
+    re-runs, and so can the frames below the cell (the session's runner is not
+    run_program) and their count where the pool would run the re-run program in a fresh
+    sandbox (a batch no larger than its workers) rather than a zygote.
+
+    The process is a session-mode program of a zygote leased for the session's life (the
+    pool's zygotes while sandbox.warm() is open; see reasonrl.zygote): seccomp-filtered,
+    rlimited, its own uid and memory cgroup, as any program there. When a cell ends, the
+    zygote kills every process it started (only the session's own runs on between cells).
+
+    A cell stopped for a limit, one that ends the process, or one after which the process
+    could not go on as the re-run would (see make_runner), ends the session's process: the
+    next cell starts a new one that runs the whole re-run program, as the first cell of a
+    session with a history (cells run before it, elsewhere) does. close() kills the process
+    and everything of its uid; the zygote then cleans up as after any program. Without
+    zygotes (sandbox.zygote off, or no bwrap), each cell is the re-run program.
+    """
+
+    def __init__(self, sandbox: Sandbox, history: Sequence[str] = ()) -> None:
+        self.sandbox = sandbox
+        self.history = list(history)
+        self._live: _LiveSession | None = None
+
+    def run(
+        self, code: str, *, cancel: CancelToken | None = None, deadline: float | None = None
+    ) -> SandboxResult:
+        """Run the next cell; never raises for anything the cell does (as Sandbox.run)."""
+        start = time.monotonic()
+        program = program_with_history(self.history, code)
+        try:
+            if not self.sandbox.zygote:
+                return self.sandbox.run(program, cancel=cancel, deadline=deadline)
+            if _cancelled_before(start, cancel, deadline):
+                return SandboxResult("cancelled", "", "", None, 0.0)
+            return self._run_cell(program, start, cancel, deadline)
+        except Exception as exc:  # as Sandbox.run: the caller survives, the session ends
+            self.close()
+            return _refused(exc, start)
+        finally:
+            self.history.append(code)
+
+    def close(self) -> None:
+        """Kill the session's process (if any) and release what it holds; idempotent."""
+        live, self._live = self._live, None
+        if live is not None:
+            live.close()
+
+    def _run_cell(
+        self, program: str, start: float, cancel: CancelToken | None, deadline: float | None
+    ) -> SandboxResult:
+        limits = self.sandbox.limits
+        live = self._live
+        if live is not None and live.elapsed >= limits.wall_seconds:
+            self.close()  # the re-run alone would take its whole wall clock: it runs, as there
+        elif live is not None and not live.send_cell(program, len(self.history)):
+            self.close()  # its process ended between cells: a new one re-runs the history
+        if self._live is None:
+            self._live = _LiveSession(self.sandbox, program, len(self.history))
+        live = self._live
+        began = time.monotonic()  # (a new process's zygote start is no cell's time)
+        cell_limits = replace(limits, wall_seconds=limits.wall_seconds - live.elapsed)
+        supervisor = _SessionSupervisor(live, cell_limits)
+        result = supervisor.wait(live.program.ready.fileno(), start, cancel, deadline)
+        live.elapsed += time.monotonic() - began
+        if supervisor.wait_status is not None:  # the process has ended (or was killed)
+            live.ended = True
+            self.close()
+        return result
+
+
+class _LiveSession:
+    """A session's process in its zygote, with what it holds (released by close()).
+    elapsed: the wall-clock seconds its cells have run so far (a re-run program's would be
+    theirs too)."""
+
+    def __init__(self, sandbox: Sandbox, first_program: str, history: int) -> None:
+        self._resources = ExitStack()
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.channel = self._resources.enter_context(ours)
+            self.token = _cell_token()
+            # the first cell's, with the program: it re-runs the `history` cells before it
+            self.channel.send(self.token + b" %d 0" % history)
+            self.program = sandbox._start_in_zygote(self._resources, first_program, "", theirs)
+        except BaseException:
+            self._resources.close()
+            raise
+        self.ended = False  # the process has ended and the zygote has said so
+        self.elapsed = 0.0
+        self._ready = False
+
+    def ready(self) -> bool:
+        """Whether the process got as far as the program (its ready byte, read once)."""
+        self._ready = self._ready or _read_nonblocking(self.program.ready.fileno()) == b"1"
+        return self._ready
+
+    def send_cell(self, program: str, history: int) -> bool:
+        """Start the next cell, the re-run program of its `history` earlier cells (which
+        this process has run) and it; False if the process has ended."""
+        zygote = self.program.zygote
+        self._skip_stale_output()
+        zygote.write_script(program.encode("utf-8", "replace"))
+        self.token = _cell_token()
+        try:
+            self.channel.send(self.token + b" %d 1" % history)
+        except OSError:  # it ended: the zygote says so next
+            zygote.exit_status(_ZYGOTE_KILL_GRACE_SECONDS)
+            self.ended = True
+            return False
+        return True
+
+    def _skip_stale_output(self) -> None:
+        """What the session's threads or processes wrote between cells, to its pipes or to
+        its channel, is no cell's output and no cell's end."""
+        for source in (self.program.stdout, self.program.stderr, self.channel):
+            for _ in range(_STALE_READS):
+                if not _wait_readable(source.fileno(), 0):
+                    break
+                if not os.read(source.fileno(), _READ_CHUNK):
+                    break
+
+    def close(self) -> None:
+        zygote = self.program.zygote
+        try:
+            if not self.ended and not zygote.broken:
+                zygote.kill_program()
+                zygote.exit_status(_ZYGOTE_KILL_GRACE_SECONDS)
+        except ZygoteBroken:
+            pass  # its whole sandbox was killed, and its lease closes it
+        finally:
+            self._resources.close()
+
+
+class _SessionSupervisor(_ZygoteSupervisor):
+    """One cell of a session: it ends when the process says so on the session's channel
+    (the process and its pipes live on), or as a program does when the process ends."""
+
+    def __init__(self, live: _LiveSession, limits: SandboxLimits) -> None:
+        program = live.program
+        super().__init__(program.zygote, program.stdout, program.stderr, limits, program.group)
+        self.live = live
+        self.cell_status: int | None = None
+
+    def _was_ready(self, ready_fd: int) -> bool:
+        return self.live.ready()
+
+    def _hit_cpu_limit(self, returncode: int, duration: float) -> bool:
+        """As for the re-run program, whose run would have had the earlier cells' time too."""
+        return super()._hit_cpu_limit(returncode, duration + self.live.elapsed)
+
+    def _ended(self) -> bool:
+        return self.cell_status is not None or self.wait_status is not None
+
+    def _sources(self) -> list[tuple[object, str]]:
+        return [*super()._sources(), (self.live.channel, "done")]
+
+    def _on_done(self) -> bool | None:
+        try:
+            message = self.live.channel.recv(64)
+        except OSError:
+            message = b""
+        if not message:
+            return None  # the process is ending: the zygote reports how
+        # The program can write here too: only a message with this cell's token ends it.
+        token, _, status = message.partition(b" ")
+        if token != self.live.token:
+            return False
+        valid = status.isdigit() and int(status) < 256
+        self.cell_status = int(status) if valid else 1
+        self.wait_status = self.zygote.end_cell()  # None: the session's process lives on
+        return True
+
+    def _drain(self) -> str | None:
+        """The cell's output still in the pipes (it wrote all of it before it said it had
+        ended); "output-limit" if that is over the cap, and then the session's process is
+        killed, as for output over the cap before the end: no cell ended, as far as wait()
+        can tell."""
+        for stream, source in (("stdout", self.stdout), ("stderr", self.stderr)):
+            while _wait_readable(source.fileno(), 0):
+                data = os.read(source.fileno(), _READ_CHUNK)
+                if not data:
+                    break
+                if self._append(stream, data):
+                    self.cell_status = None
+                    return "output-limit"
+        return None
+
+    def _reap(self) -> int:
+        """The cell's exit status as a wait status; once the process has ended, its own.
+        (The pipes are the session's: they stay open.)"""
+        if self.wait_status is None and self.cell_status is not None:
+            return self.cell_status << 8
+        if self.wait_status is None:
+            self.wait_status = self.zygote.exit_status(_ZYGOTE_KILL_GRACE_SECONDS)
+        return self.wait_status
+
+
+def _cell_token() -> bytes:
+    """What a session's process must send back, before the exit status, to end a cell: a
+    stray or stale message on the channel cannot guess it."""
+    return secrets.token_hex(8).encode()
+
+
+def _whole_cpu_seconds(limits: SandboxLimits) -> int:
+    """RLIMIT_CPU counts whole seconds."""
+    return max(1, math.ceil(limits.cpu_seconds))
+
+
+def _cancelled_before(start: float, cancel: CancelToken | None, deadline: float | None) -> bool:
+    cancelled = cancel is not None and cancel.cancelled
+    return cancelled or (deadline is not None and deadline <= start)
+
+
+def _refused(exc: Exception, start: float) -> SandboxResult:
+    """The result of a run whose sandbox failed (never of anything the program did)."""
+    message = f"sandbox failed: {type(exc).__name__}: {exc}"
+    return SandboxResult("refused", "", message, None, time.monotonic() - start)
 
 
 def _file_with(path: Path, text: str) -> BinaryIO:

@@ -19,6 +19,17 @@ outlive a program and cannot be listed without mounting, are refused by the secc
 The zygote is the pid namespace's init (bwrap --as-pid-1): a program sees pid 1 and its own
 processes only, as in a fresh sandbox, and the zygote reaps the orphans that come to it.
 
+A session (reasonrl.sandbox.Session) is such a program whose main process does not end with
+its code: it runs one cell after another in one namespace, each read from /tmp/main.py when
+the caller sends the cell's token on a channel of its own (a socket it keeps, the one
+descriptor of ours it has, not inherited across exec), answering "<token> <exit status>"
+there. Each cell prints what the tool loop's re-run program (reasonrl.sandbox's
+program_with_history) prints for it: /tmp/main.py holds that very program, and the session
+runs it less the re-run of the earlier cells it has run already (see make_runner). The
+zygote supervises it as any program (RLIMIT_CPU, as a re-run program's, for the process's
+whole life); "end" from the caller after each cell kills every process the cell started (see
+end_cell).
+
 The caller side (`Zygote`) talks to it over a SOCK_SEQPACKET socket: a request carries the
 numbers (limits, uid) and the program's descriptors (stdin, stdout, stderr, ready pipe,
 cgroup); the program itself is written beforehand into a file of the caller's folder that is
@@ -57,8 +68,9 @@ _START_TIMEOUT_S = 60.0
 _EXIT_GRACE_S = 5.0
 
 # The program's side of a sandbox, for the fresh sandbox's bootstrap and the zygote's forked
-# child alike (given os, resource, sys and the numbers cpu, mem, nproc, fsize, uid, ready, site
-# and path): the rlimits (a negative value leaves one alone), the uid drop (root is exempt from
+# child alike (given os, resource, sys and the numbers cpu, mem, nproc, fsize, uid, ready, site,
+# keep (a session's channel to the caller, the one descriptor the program keeps; else 2) and
+# path): the rlimits (a negative value leaves one alone), the uid drop (root is exempt from
 # RLIMIT_NPROC), the ready byte, no descriptor of ours left open, stdout and stderr unbuffered
 # as under `python -u`, site-packages only when asked for, and the program's source read.
 CONFINE_SOURCE = """\
@@ -73,7 +85,8 @@ if uid >= 0:
     os.setgid(uid)
     os.setuid(uid)
 os.write(ready, b"1")
-os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the program inherits no descriptor of ours
+os.closerange(3, keep)  # the program inherits no descriptor of ours but `keep` (see above)
+os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
 import io
 def unbuffered(fd, errors):
     raw = io.FileIO(fd, "w", closefd=False)
@@ -95,14 +108,15 @@ if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxE
 # byte).
 ZYGOTE_SOURCE = (
     """\
-import array, os, resource, select, shutil, signal, socket, sys, time
+import array, contextlib, os, resource, select, shutil, signal, socket, sys, time
 CTRL = socket.socket(fileno=int(sys.argv[1]))
 PRELOADED = sys.argv[2].split(",")
 ORPHAN_REAP_S = 0.05
 def receive():
     fds = array.array("i")
     message = b"kill"
-    while message == b"kill":  # a kill that crossed the last exit message: nothing to kill
+    # a kill or end that crossed the last exit message: nothing to kill or end
+    while message in (b"kill", b"end"):
         message, extra, _, _ = CTRL.recvmsg(4096, socket.CMSG_SPACE(8 * fds.itemsize))
     if not message:
         os._exit(0)  # the caller closed the zygote
@@ -164,16 +178,50 @@ def kill_uid(uid):
             break
     if status != 0:
         os._exit(3)  # cannot promise that nothing of the program survives: stop here
+def stat_fields(pid):
+    # /proc/PID/stat from the state on (field 3)
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()
+def end_cell(child, uid):
+    # A session's cell has ended: no process of it but the session's own runs on until the
+    # next cell (its CPU time would be no cell's). The others are killed, again until none is
+    # left (zombies are left to their parent). Then None; the session's wait status if it
+    # has ended meanwhile, or was killed as they could not be (outrun by forks).
+    for _ in range(1000):
+        status = reap(child)
+        if status is not None:
+            return status
+        rest = [int(p) for p in others_of(uid) if int(p) != child and not is_zombie(p)]
+        if not rest:
+            return None
+        for pid in rest:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.001)
+    os.kill(child, signal.SIGKILL)
+    return os.waitpid(child, 0)[1]
+def is_zombie(pid):
+    try:
+        return stat_fields(pid)[0] in ("Z", "X")
+    except OSError:
+        return True  # gone, reaped
 def supervise(child, uid):
     # Until the program's main process ends, or the caller asks for a kill (or is gone);
     # then that process first (reaped, so that its zombie does not count), then the rest.
-    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S.
+    # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S; "end" (after each cell of
+    # a session) kills its other processes (see end_cell), answered "ended".
     pidfd = os.pidfd_open(child)
     status = None
     caller_gone = False
     while status is None:
         if CTRL in select.select([pidfd, CTRL], [], [], ORPHAN_REAP_S)[0]:
-            caller_gone = CTRL.recv(64) != b"kill"
+            message = CTRL.recv(64)
+            if message == b"end":
+                status = end_cell(child, uid)
+                if status is None:
+                    CTRL.send(b"ended")
+                continue
+            caller_gone = message != b"kill"
             try:
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
@@ -220,16 +268,31 @@ def serve():
         empty("/tmp")
         empty("/dev/shm")
         remove_sysv_ipc()
-def make_runner(sys, os, signal):
-    # its own closure: the program's __main__ holds none of our names
+def make_runner(sys, os, signal, channel, path):
+    # its own closure: the program's __main__ holds none of our names. channel: a session's
+    # socket to the caller (None for a single program). The builtins it needs are bound here,
+    # once: looked up at run time they would come from __main__, the program's namespace,
+    # where a cell's `from re import compile` or `from os import *` would replace them.
+    import ast, builtins, gc, types
+    b = types.SimpleNamespace(**vars(builtins))  # a copy: later changes to builtins miss it
+    # What the re-run of earlier cells (program_with_history) looks up as it runs them
+    replay_names = ("exec", "compile", "BaseException", "_c", "_io")
+    contextlib_module, io_module = sys.modules["contextlib"], sys.modules["io"]
+    replay_tools = [
+        (contextlib_module, "redirect_stdout"),
+        (contextlib_module, "redirect_stderr"),
+        (io_module, "StringIO"),
+        *((builtins, name) for name in replay_names[:3]),
+    ]
+    replay_originals = [b.getattr(owner, name) for owner, name in replay_tools]
     def exit_status(code):
         if code is None:
             return 0
-        if isinstance(code, int) and -2**31 <= code < 2**31:
+        if b.isinstance(code, b.int) and -2**31 <= code < 2**31:
             return code
         try:
             sys.stderr.write(f"{code}\\n")
-        except BaseException:
+        except b.BaseException:
             pass
         return 1
     def run_program(code, namespace):
@@ -239,30 +302,190 @@ def make_runner(sys, os, signal):
         status = 0
         interrupted = False
         try:
-            exec(code, namespace)
-        except SystemExit as exc:
+            b.exec(code, namespace)
+        except b.SystemExit as exc:
             status = exit_status(exc.code)
-        except BaseException as exc:
-            status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+        except b.BaseException as exc:
+            status, interrupted = 1, b.isinstance(exc, b.KeyboardInterrupt)
             exc.__traceback__ = exc.__traceback__.tb_next  # from the program's frame on
-            sys.excepthook(type(exc), exc, exc.__traceback__)
+            sys.excepthook(b.type(exc), exc, exc.__traceback__)
+        end_program(status, interrupted)
+    def end_program(status, interrupted):
         if "threading" in sys.modules:
             try:
                 sys.modules["threading"]._shutdown()
-            except BaseException as exc:
+            except b.BaseException as exc:
                 sys.unraisablehook(exc)
         import atexit
         atexit._run_exitfuncs()
         for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
             try:
                 stream.flush()
-            except BaseException:
+            except b.BaseException:
                 status = failed_status
         if interrupted:  # as the interpreter ends on an uncaught KeyboardInterrupt
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(status & 0xFF)
-    return run_program
+    def compile_cell(source, history, replayed):
+        # A session's cell: /tmp/main.py is the re-run program of it (program_with_history:
+        # the re-run of `history` earlier cells, then the cell), compiled as run_program's is
+        # (the same SyntaxError, warnings and line numbers), less the re-run where this
+        # process has run those cells already. The program's first statement (the re-run's
+        # import) and the one after the re-run (its del) stay: the cell finds what they leave.
+        if b"\\0" in source:  # as CONFINE_SOURCE says it of a program
+            raise b.SystemExit("SyntaxError: source code string cannot contain null bytes")
+        if not replayed:
+            return b.compile(source, path, "exec")
+        tree = b.compile(source, path, "exec", ast.PyCF_ONLY_AST)
+        del tree.body[1 : 1 + history]
+        return b.compile(tree, path, "exec")
+    # Names of what writes past sys.stdout and sys.stderr (to the descriptors, from another
+    # program) or needs them to be files: the re-run, which only swaps sys.stdout and
+    # sys.stderr for StringIOs, would print again what a cell using them wrote, or fail
+    # where it did not (os.write needs both names).
+    past_sys_stdout = {
+        *("subprocess", "pty", "multiprocessing", "ctypes", "system", "popen", "fdopen"),
+        *("__stdout__", "__stderr__", "buffer", "fileno", "isatty", "reconfigure", "dup2"),
+        *("writev", "pwrite", "sendfile", "posix_spawn", "posix_spawnp", "execv", "execve"),
+        *("execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnv"),
+    }
+    def names_of(code, found):
+        found.update(code.co_names)
+        for const in code.co_consts:
+            if b.isinstance(const, types.CodeType):
+                names_of(const, found)
+        return found
+    def rerun_repeats_more(code):
+        # whether a re-run of this cell would write or fail where its own run did not
+        names = names_of(code, b.set())
+        return b.bool(names & past_sys_stdout) or {"os", "write"} <= names
+    def compiled_as_rerun(cell):
+        # a cell as the re-run compiles it; its warnings go where the re-run's do (the
+        # warnings' state is left alone); None if it does not compile
+        try:
+            with contextlib_module.redirect_stderr(io_module.StringIO()):
+                return b.compile(cell, "<cell>", "exec")
+        except b.BaseException:
+            return None
+    def rerun_cells(lines):
+        # the cells a program re-runs, from its exec(compile(...)) lines (one in five)
+        head, tail = b"        exec(compile(", b", '<cell>', 'exec'))"
+        return [ast.literal_eval(line[b.len(head) : -b.len(tail)].decode()) for line in lines]
+    suspended_kinds = {types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType}
+    def suspended_code(thing):
+        frame = b.getattr(thing, "gi_frame", None) or b.getattr(thing, "cr_frame", None)
+        frame = frame or b.getattr(thing, "ag_frame", None)
+        return frame.f_code if frame is not None else None  # None: finished
+    def pair_codes(ours, theirs, pairs):
+        # The code objects the compiler made for functions (classes, lambdas, comprehensions)
+        # of the same source, in the same order; False where they do not match.
+        mine = [c for c in ours.co_consts if b.isinstance(c, types.CodeType)]
+        other = [c for c in theirs.co_consts if b.isinstance(c, types.CodeType)]
+        if b.len(mine) != b.len(other):
+            return False
+        for one, two in b.zip(mine, other):
+            if one.co_name != two.co_name or not pair_codes(one, two, pairs):
+                return False
+            pairs[b.id(one)] = two
+        return True
+    def as_rerun_leaves_it(source, history, replayed, code, namespace):
+        # After a cell, what it left becomes what a later cell's re-run of it leaves: its
+        # functions' code compiled from the cell alone as "<cell>" (a later traceback shows
+        # their frames so, with the cell's own line numbers), its docstring as __doc__.
+        # False where that re-run would still differ (a cell that compiles alone but not in
+        # the program, that rebinds what the re-run uses, writes past sys.stdout or leaves a
+        # generator suspended; a first cell whose program did not compile, so did not re-run
+        # the history): then the session must end.
+        *lines, cell = source.split(b"\\n", 2 + 5 * history)
+        # The cells this program re-ran: what a later re-run repeats of them, or what one
+        # binding _c or _io breaks in it (both deleted after the re-run), leaves no trace.
+        for earlier in b.map(compiled_as_rerun, [] if replayed else rerun_cells(lines[3::5])):
+            if earlier is not None and rerun_repeats_more(earlier):
+                return False
+            if earlier is not None and {"_c", "_io"} & names_of(earlier, b.set()):
+                return False
+        rerun = compiled_as_rerun(cell.decode("utf-8", "replace"))
+        if code is None or rerun is None:
+            return code is None and rerun is None and (replayed or not history)
+        if rerun_repeats_more(rerun):
+            return False
+        pairs = {}
+        if not pair_codes(code, rerun, pairs):
+            return False
+        for thing in gc.get_objects() if pairs else ():
+            kind = b.type(thing)
+            if kind is types.FunctionType and b.id(thing.__code__) in pairs:
+                thing.__code__ = pairs[b.id(thing.__code__)]
+            elif kind in suspended_kinds and b.id(suspended_code(thing)) in pairs:
+                return False  # a generator (coroutine) of the cell runs on in its own frames
+        if "__doc__" in rerun.co_names and "__doc__" not in code.co_names:
+            namespace["__doc__"] = rerun.co_consts[0]  # a docstring: the re-run sets __doc__
+        current = [b.getattr(owner, name) for owner, name in replay_tools]
+        unchanged = b.all(now is then for now, then in b.zip(current, replay_originals))
+        return unchanged and not b.any(name in namespace for name in replay_names)
+    def run_session(source, namespace):
+        # Before each cell the caller sends "<token> <history> <replayed>": the cell's token,
+        # the number of earlier cells the program in /tmp/main.py re-runs, and whether this
+        # process has run them (1) or runs them now (0: the session's first cell). The cell's
+        # exit status goes back after it, so that what a thread or a child of an earlier cell
+        # writes on the channel is no cell's end. The next cell's program is read from the
+        # script file (rewritten by the caller) once its token has come; EOF: the end. A cell
+        # after which the session cannot go on as the re-run would (KeyboardInterrupt, atexit
+        # handlers, see as_rerun_leaves_it) ends as a program does, and so does the process.
+        streams = sys.stdout, sys.stderr
+        message = channel.recv(64)
+        while message:
+            token, history, replayed = message.split()
+            history, replayed = b.int(history), replayed == b"1"
+            status, interrupted, code = 0, False, None
+            try:
+                code = compile_cell(source, history, replayed)
+            except b.SystemExit as exc:
+                status = exit_status(exc.code)
+            except b.BaseException as exc:  # as the program's own compile, uncaught
+                status = 1
+                sys.excepthook(b.type(exc), exc, exc.__traceback__)
+            if code is not None:
+                try:
+                    b.exec(code, namespace)  # from run_program's depth: the same room to recurse
+                except b.SystemExit as exc:
+                    status = exit_status(exc.code)
+                except b.BaseException as exc:
+                    status, interrupted = 1, b.isinstance(exc, b.KeyboardInterrupt)
+                    exc.__traceback__ = exc.__traceback__.tb_next  # from the cell's frame on
+                    sys.excepthook(b.type(exc), exc, exc.__traceback__)
+            threading = sys.modules.get("threading")
+            if threading is not None:
+                try:
+                    for thread in threading.enumerate():
+                        if not thread.daemon and thread is not threading.current_thread():
+                            thread.join()
+                except b.BaseException as exc:
+                    sys.unraisablehook(exc)
+            atexit = sys.modules.get("atexit")
+            goes_on = not interrupted and not (atexit and atexit._ncallbacks())
+            try:
+                goes_on = goes_on and as_rerun_leaves_it(source, history, replayed, code, namespace)
+            except b.BaseException:  # (what the cell left broke the check): as a program
+                goes_on = False
+            if not goes_on:
+                end_program(status, interrupted)
+            for stream, failed_status in ((sys.stdout, 120), (sys.stderr, status)):
+                try:
+                    stream.flush()
+                except b.BaseException:
+                    status = failed_status
+            # The re-run's redirect_stdout (stderr) puts back, after each cell, the stream
+            # it found: a cell's `sys.stdout = ...` holds for that cell only.
+            sys.stdout, sys.stderr = streams
+            channel.send(token + b" %d" % (status & 0xFF))
+            message = channel.recv(64)
+            if message:
+                with b.open(path, "rb") as script:
+                    source = script.read()
+        os._exit(0)
+    return run_program if channel is None else run_session
 # Modules the code checker (reasonrl.code_eval) and most programs import, loaded once here
 # rather than in every program (forked children share them; none of their state is shared
 # back: each program changes only its own copy).
@@ -272,10 +495,11 @@ compile("pass", "<warm-up>", "exec")  # the compiler's first use sets up its sta
 import gc
 gc.freeze()  # the collector never walks (so never copies) the pages the children share
 numbers, fds = serve()
-cpu, mem, nproc, fsize, uid, site, cgroup = numbers
+cpu, mem, nproc, fsize, uid, site, cgroup, session = numbers
 stdin, stdout, stderr, ready = fds[:4]
 if cgroup:
     os.write(fds[4], b"0")
+keep = fds[-1] if session else 2  # a session's channel to the caller, its last descriptor
 os.chdir("/tmp")
 for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
     os.dup2(fd, target)
@@ -283,8 +507,11 @@ path = "/tmp/main.py"
 """
     + CONFINE_SOURCE
     + """\
-code = compile(source, path, "exec")
-run = make_runner(sys, os, signal)
+# A session compiles each cell itself (a SyntaxError ends that cell, not the session).
+code = source if session else compile(source, path, "exec")
+if session:
+    os.set_inheritable(keep, False)  # a program the session runs does not get the channel
+run = make_runner(sys, os, signal, socket.socket(fileno=keep) if session else None, path)
 sys.argv = [path]
 __file__ = path
 # The program runs in __main__'s namespace, as under `python path`, without our names.
@@ -370,12 +597,16 @@ class Zygote:
         """False once the zygote has gone (its end of the socket reads EOF) or broke."""
         return not self.broken and not _wait_readable(self.ctrl.fileno(), 0)
 
-    def start_program(self, code: bytes, numbers: list[int], fds: list[int]) -> None:
-        """Ask for a program run: its code, numbers (limits, uid, flags) and descriptors."""
+    def write_script(self, code: bytes) -> None:
+        """The code the program (or a session's next cell) reads from /tmp/main.py."""
         # Rewritten in place: the sandbox's /tmp/main.py is a bind of this very file.
         script = os.open(self._script, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         with open(script, "wb") as script_file:
             script_file.write(code)
+
+    def start_program(self, code: bytes, numbers: list[int], fds: list[int]) -> None:
+        """Ask for a program run: its code, numbers (limits, uid, flags) and descriptors."""
+        self.write_script(code)
         header = " ".join(str(n) for n in numbers).encode()
         message = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
         try:
@@ -383,6 +614,30 @@ class Zygote:
         except OSError as exc:
             self.broken = True
             raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
+
+    def end_cell(self) -> int | None:
+        """After a session's cell: every process of it but its own is killed, so nothing of
+        the cell runs on. None once done; the wait status if the session has ended."""
+        return self._ask(b"end", b"ended", "the end of a cell")
+
+    def _ask(self, request: bytes, answer: bytes, what: str) -> int | None:
+        """Send a request about the running program: None once answered, the program's wait
+        status if it has ended (the zygote says so instead)."""
+        try:
+            self.ctrl.send(request)
+        except OSError as exc:
+            self.broken = True
+            raise ZygoteBroken(f"the sandbox zygote is gone: {exc}") from None
+        if _wait_readable(self.ctrl.fileno(), _EXIT_GRACE_S):
+            with contextlib.suppress(OSError):
+                message = self.ctrl.recv(64)
+                if message == answer:
+                    return None
+                if message.startswith(b"exit "):
+                    return int(message.split()[1])
+        self.broken = True
+        self._kill_sandbox()
+        raise ZygoteBroken(f"the sandbox zygote did not answer {what}")
 
     def kill_program(self) -> None:
         """Ask the zygote to kill the program in progress and everything of its uid."""
