@@ -17,11 +17,13 @@ nulls, each a strict xfail with its numbers, so a reranker that starts to pay of
 from __future__ import annotations
 
 import copy
-from functools import cache
+from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 import yaml
+from side_by_side import SideBySide
 
 from reasonrl.calibration import sampled_outcomes
 from reasonrl.comparisons import SEARCH_METRIC, compare, greedy_correct, holm, same_problems
@@ -46,10 +48,11 @@ from reasonrl.stages.reward_models import (
 )
 from reasonrl.stages.sft import sft as run_sft
 
-# A module fixture's set-up counts against the first test that asks for it: the two 900-step
-# SFT runs take about 10 min on an idle 2-core machine, over 15 in a clean-clone CI run
-# (pytest-timeout's 900 s default stopped them there on 2026-11-26), and the methods and reward
-# models behind `comparisons` about as long again.
+# A module fixture's set-up counts against the first test that asks for it. One after another
+# in this process, the two 900-step SFT runs took 861 s in a clean-clone CI run (pytest-timeout's
+# 900 s default stopped them there on 2026-11-26) and the methods and reward models behind
+# `comparisons` 953-1151 s; side by side (LearningRuns) 731 s and 809 s on an idle machine
+# (2026-11-28), with the same numbers (every greedy pass@1 equal).
 pytestmark = [pytest.mark.learning, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,39 +134,83 @@ def greedy_eval(config: dict, root: Path, policy: str, task: str) -> dict:
     return {**metrics, "scores": greedy_correct(str(out / "trajectories.jsonl"))}
 
 
+def train_start(seed: int, root: Path) -> dict:
+    """The SFT tool policy of `seed` in `root`, with its greedy evaluations on both bands."""
+    config = learning_config(seed)
+    for task in (EASY, FRONTIER):
+        make_data(config, task, str(root / "data" / task))
+    train = [str(root / "data" / task / "train.jsonl") for task in (EASY, FRONTIER)]
+    tiny = config["policy"]["tiny"]
+    build_tiny_policy(corpus_texts(train), tiny, seed, root / "base")
+    run_sft(config, "tool", str(root / "base"), train, str(root / "sft"))
+    evals = {task: greedy_eval(config, root, "sft", task) for task in (EASY, FRONTIER)}
+    return {"root": root, "config": config, "eval": evals}
+
+
+class LearningRuns:
+    """The file's runs side by side (tests/side_by_side.py): both SFT starts at once, then
+    each method's run from the seed-0 start, the longest first, as workers come free. Each run
+    is the stage functions the DAG's rules call, in its own folders."""
+
+    def __init__(self, pool: SideBySide, tmp_path_factory) -> None:
+        self._pool = pool
+        self._starts = {
+            seed: pool.submit(train_start, seed, tmp_path_factory.mktemp(f"start{seed}"))
+            for seed in COPY_SEEDS
+        }
+        self._methods: dict[str, Future] = {}
+
+    def start(self, seed: int) -> dict:
+        start = self._starts[seed].result()
+        if seed == METHOD_SEED and not self._methods:
+            self._submit_methods(start)
+        return start
+
+    def method(self, name: str) -> dict:
+        self.start(METHOD_SEED)
+        return self._methods[name].result()
+
+    def _submit_methods(self, start: dict) -> None:
+        # both online runs read this pool: made once, before either starts
+        make_pool(start["config"], FRONTIER, "online_dpo", str(start["root"] / "pool-online"))
+        submit = self._pool.submit
+        self._methods = {
+            "reward_models": submit(reward_model_runs, start),
+            "ppo": submit(ppo_training, start),
+            "preference": submit(preference_rounds, start),
+            "online-async": submit(online_training, start, "async"),
+            "online-sync": submit(online_training, start, "sync"),
+        }
+
+
 @pytest.fixture(scope="module")
-def train_start(tmp_path_factory):
-    """seed -> the SFT tool policy of that seed, with its greedy evaluations on both bands."""
-
-    @cache
-    def start(seed: int) -> dict:
-        root = tmp_path_factory.mktemp(f"start{seed}")
-        config = learning_config(seed)
-        for task in (EASY, FRONTIER):
-            make_data(config, task, str(root / "data" / task))
-        train = [str(root / "data" / task / "train.jsonl") for task in (EASY, FRONTIER)]
-        tiny = config["policy"]["tiny"]
-        build_tiny_policy(corpus_texts(train), tiny, seed, root / "base")
-        run_sft(config, "tool", str(root / "base"), train, str(root / "sft"))
-        evals = {task: greedy_eval(config, root, "sft", task) for task in (EASY, FRONTIER)}
-        return {"root": root, "config": config, "eval": evals}
-
-    return start
+def runs(tmp_path_factory) -> Iterator[LearningRuns]:
+    # Three workers on two cores: the five method runs (about 300-500 s each on one thread)
+    # leave less of the end to one worker alone than two workers would.
+    pool = SideBySide(workers=3)
+    try:
+        yield LearningRuns(pool, tmp_path_factory)
+    finally:
+        pool.close()
 
 
-def test_sft_learns_to_copy_numbers_for_two_seeds(train_start):
+def test_sft_learns_to_copy_numbers_for_two_seeds(runs):
     # Measured at 900 steps (2026-11-26): copy accuracy 1.000 / 0.998, greedy pass@1 1.000 /
     # 0.985 for seeds 0 / 1. At 600 steps seed 1 copied 0.836 (mid-transition), which is why
     # SFT runs 900 (docs/experiment-design.md, "A CI-sized frontier").
     for seed in COPY_SEEDS:
-        easy = train_start(seed)["eval"][EASY]
+        easy = runs.start(seed)["eval"][EASY]
         assert easy["copy_accuracy"] >= 0.95, f"seed {seed}: {easy['copy_accuracy']:.3f}"
         assert easy["greedy_pass@1"] >= 0.9, f"seed {seed}: {easy['greedy_pass@1']:.3f}"
 
 
-@pytest.fixture(scope="module")
-def mdpo_run(train_start) -> dict:
-    start = train_start(METHOD_SEED)
+def preference_rounds(start: dict) -> dict:
+    """One M-DPO round from the start, then one M-KTO round on its labels."""
+    mdpo = mdpo_round(start)
+    return {"mdpo": mdpo, "mkto": mkto_round(start)}
+
+
+def mdpo_round(start: dict) -> dict:
     root, config = start["root"], start["config"]
     make_pool(config, FRONTIER, "preference", str(root / "pool-preference"))
     tests = {task: str(root / "data" / task / "test.jsonl") for task in (EASY, FRONTIER)}
@@ -184,12 +231,10 @@ def mdpo_run(train_start) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def mkto_run(train_start, mdpo_run) -> dict:
+def mkto_round(start: dict) -> dict:
     """One M-KTO round on the M-DPO round's labels (KTO's unpaired rows: each pair's winner,
     desirable, and loser, undesirable), with the M-DPO round's settings: the same lr, epochs
     and batch size, no tuning of its own."""
-    start = train_start(METHOD_SEED)
     root = start["root"]
     preference = start["config"]["preference"]
     variants = [*preference["variants"], {"name": "mkto", "loss": "mkto", "rounds": 1}]
@@ -222,9 +267,7 @@ def online_training(start: dict, mode: str) -> dict:
     from reasonrl.stages.online_dpo import online_dpo as run_online
 
     root = start["root"]
-    pool = root / "pool-online"
-    if not pool.exists():
-        make_pool(start["config"], FRONTIER, "online_dpo", str(pool))
+    pool = root / "pool-online"  # made by LearningRuns, before both runs start
     variant = {"name": mode, "mode": mode, "loss": "dpo", "off_policy": 1}
     online = {**ONLINE, "task": FRONTIER, "temperature": 0.7, "variants": [variant]}
     config = validate_config({**start["config"], "online_dpo": online})
@@ -239,26 +282,13 @@ def online_training(start: dict, mode: str) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def online_run(train_start) -> dict:
-    return online_training(train_start(METHOD_SEED), "async")
-
-
-@pytest.fixture(scope="module")
-def online_sync_run(train_start) -> dict:
-    """The same run with generation and learning taking turns: the baseline async must match."""
-    return online_training(train_start(METHOD_SEED), "sync")
-
-
-@pytest.fixture(scope="module")
-def ppo_run(train_start) -> dict:
+def ppo_training(start: dict) -> dict:
     """PPO rewarded by the verifier (issue 18's sanity check of the PPO machinery), the
     default's ppo section: PPO-M, 12 iterations of 16 prompts x 4 samples at T 0.7, lr 1e-5,
     on the frontier's own ppo pool; the best iteration by greedy pass@1 on the pool's last
     100 prompts, which PPO does not train on."""
     from reasonrl.stages.ppo import ppo as run_ppo
 
-    start = train_start(METHOD_SEED)
     root, config = start["root"], start["config"]
     make_pool(config, FRONTIER, "ppo", str(root / "pool-ppo"))
     [variant] = config["ppo"]["variants"]
@@ -275,14 +305,12 @@ SEARCH_COMPARISONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def rm_run(train_start) -> dict:
+def reward_model_runs(start: dict) -> dict:
     """The default's reward models (config.yaml's reward_models section: 100 prompts x 5
     samples at T 0.7, Math-Shepherd labels from 4 completions per step of one solution per
     prompt, 40 steps each) from the seed-0 start on the frontier's own reward_models pool;
     best-of-16 on the first 100 frontier test problems and HGS-PRM on the first 30, as the
     default DAG runs them."""
-    start = train_start(METHOD_SEED)
     root, config = start["root"], start["config"]
     make_pool(config, FRONTIER, "reward_models", str(root / "pool-rm"))
     pool, sft = str(root / "pool-rm/problems.jsonl"), str(root / "sft")
@@ -319,11 +347,42 @@ def search_rows(scores: dict[str, dict[str, float]]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
+def mdpo_run(runs) -> dict:
+    return runs.method("preference")["mdpo"]
+
+
+@pytest.fixture(scope="module")
+def mkto_run(runs) -> dict:
+    return runs.method("preference")["mkto"]
+
+
+@pytest.fixture(scope="module")
+def online_run(runs) -> dict:
+    return runs.method("online-async")
+
+
+@pytest.fixture(scope="module")
+def online_sync_run(runs) -> dict:
+    """The same run with generation and learning taking turns: the baseline async must match."""
+    return runs.method("online-sync")
+
+
+@pytest.fixture(scope="module")
+def ppo_run(runs) -> dict:
+    return runs.method("ppo")
+
+
+@pytest.fixture(scope="module")
+def rm_run(runs) -> dict:
+    return runs.method("reward_models")
+
+
+@pytest.fixture(scope="module")
 def comparisons(
-    train_start, mdpo_run, mkto_run, online_run, online_sync_run, ppo_run, rm_run
+    runs, mdpo_run, mkto_run, online_run, online_sync_run, ppo_run, rm_run
 ) -> dict[str, dict]:
     """The file's pre-registered comparisons, Holm-adjusted together."""
-    start = train_start(METHOD_SEED)["eval"]
+    start = runs.start(METHOD_SEED)["eval"]
     arms = {"mdpo": mdpo_run["eval"], "mkto": mkto_run["eval"], "online": online_run["eval"]}
     rows = [
         compare(f"{arm}_vs_sft", "greedy_pass@1", arm, "sft", arms[arm][FRONTIER]["scores"],
