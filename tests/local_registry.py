@@ -76,7 +76,9 @@ class LocalRegistry:
         import docker
 
         try:
-            client = docker.from_env(timeout=30)
+            # Removing an image's last reference deletes its ~3 GB of layers: 30 s was not always
+            # enough on the CI machine (2026-11-28, a read timeout at the session's end)
+            client = docker.from_env(timeout=300)
             images = client.images.list()
         except docker.errors.DockerException:
             return []  # no daemon, nothing tagged
