@@ -17,8 +17,10 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
 
-test: setup lint test-deps vllm
-	$(BIN)/pytest -ra --durations=30
+# Lint, the test dependencies and the suite; the learning tests start first, at a lower CPU
+# priority, and run beside the rest (tests/run_suite.py says why).
+test: setup
+	$(BIN)/python tests/run_suite.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,0 +1,87 @@
+"""`make test` after set-up: lint, the test dependencies and the suite, with the learning tests
+beside the rest.
+
+The learning tests (LEARNING, one module) keep both cores busy for about 25 minutes in
+single-threaded worker processes; the rest of the suite leaves cores idle for minutes (SLURM's
+status checks, Docker builds, the registry, package downloads, sandbox timeouts). One after
+the other they took 63 minutes of a clean-clone CI run. Here the learning tests start first,
+at a lower CPU priority (LEARNING_NICENESS), and run while `make lint test-deps vllm` and then
+the rest of the suite (a second pytest) run at normal priority: those keep the cores they ask
+for, and the learning tests take the time they leave. The learning runs' results do not depend
+on how fast they run (their workers are single-threaded, their sandbox programs take
+milliseconds against a 10 s wall clock). The learning tests' output is printed after the
+rest's; the exit status is the first failure's (lint's stops the learning tests).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LEARNING = "tests/test_preference_learning.py"
+# The niceness of the learning tests (and of everything they start): at 10 a busy process of
+# normal priority gets about 90 % of a core they share.
+LEARNING_NICENESS = 10
+PYTEST = [sys.executable, "-m", "pytest", "-ra"]
+
+
+def _exit_status(code: int) -> int:
+    """A child's return code as a shell exit status (killed by signal N -> 128 + N)."""
+    return 128 - code if code < 0 else code
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Interrupt a run as Ctrl-C would (pytest tears its fixtures down), kill it if it hangs."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run_beside(background: list[str], foreground: list[list[str]], niceness: int) -> int:
+    """Start `background` at `niceness`, then run the `foreground` commands one after another
+    until one fails; wait for `background` unless one did (it is interrupted then). Its output
+    is printed after theirs; returns the first failure's exit status, or 0."""
+    with tempfile.TemporaryFile("w+") as background_log:
+        process = subprocess.Popen(
+            ["nice", "-n", str(niceness), *background],
+            cwd=REPO,
+            stdout=background_log,
+            stderr=subprocess.STDOUT,
+        )
+        status = 0
+        try:
+            for command in foreground:
+                status = subprocess.run(command, cwd=REPO).returncode
+                if status != 0:
+                    break
+            else:
+                process.wait()
+        finally:
+            _stop(process)
+            background_log.seek(0)
+            print(f"\n{'=' * 20} {' '.join(background)}, run beside {'=' * 20}", flush=True)
+            sys.stdout.write(background_log.read())
+            sys.stdout.flush()
+    return _exit_status(status or process.returncode)
+
+
+def main() -> int:
+    # SIGTERM (a CI job's time limit) ends us through run_beside's finally, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    # the learning run's cache off: two runs writing .pytest_cache at once would lose one's
+    learning = [*PYTEST, "-p", "no:cacheprovider", "--durations=15", LEARNING]
+    before = ["make", "lint", "test-deps", "vllm"]
+    rest = [*PYTEST, "--durations=30", f"--ignore={LEARNING}"]
+    return run_beside(learning, [before, rest], LEARNING_NICENESS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
