@@ -7,14 +7,19 @@ status checks, Docker builds, the registry, package downloads, sandbox timeouts)
 the other they took 63 minutes of a clean-clone CI run. Here the learning tests start first,
 at a lower CPU priority (LEARNING_NICENESS), and run while `make lint test-deps vllm` and then
 the rest of the suite (a second pytest) run at normal priority: those keep the cores they ask
-for, and the learning tests take the time they leave. The learning runs' results do not depend
-on how fast they run (their workers are single-threaded, their sandbox programs take
-milliseconds against a 10 s wall clock). The learning tests' output is printed after the
-rest's; the exit status is the first failure's (lint's stops the learning tests).
+for, and the learning tests take the time they leave. Linux shares the CPU between sessions'
+autogroups first, and a niceness counts only within its autogroup: so the learning tests get
+a session of their own, whose autogroup gets the same niceness. Without it they took an equal
+share beside each job the rest starts in a session of its own (start_new_session), and the
+rest ran far slower. The learning runs' results do not depend on how fast they run (their
+workers are single-threaded, their sandbox programs take milliseconds against a 10 s wall
+clock). The learning tests' output is printed after the rest's; the exit status is
+the first failure's (lint's stops the learning tests).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -35,27 +40,38 @@ def _exit_status(code: int) -> int:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """Interrupt a run as Ctrl-C would (pytest tears its fixtures down), kill it if it hangs."""
+    """Interrupt a run as Ctrl-C would (pytest tears its fixtures down); kill its session's
+    processes if it hangs. Ctrl-C in the terminal does not reach it: it has a session of its own."""
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
 
+def _lower_autogroup(pid: int, niceness: int) -> None:
+    """Give the autogroup of `pid`'s session `niceness`, where the kernel has autogroups."""
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    if autogroup.exists():
+        autogroup.write_text(str(niceness))
+
+
 def run_beside(background: list[str], foreground: list[list[str]], niceness: int) -> int:
-    """Start `background` at `niceness`, then run the `foreground` commands one after another
-    until one fails; wait for `background` unless one did (it is interrupted then). Its output
-    is printed after theirs; returns the first failure's exit status, or 0."""
+    """Start `background` at `niceness`, in a session of its own, then run the `foreground`
+    commands one after another until one fails; wait for `background` unless one did (it is
+    interrupted then). Its output is printed after theirs; returns the first failure's exit
+    status, or 0."""
     with tempfile.TemporaryFile("w+") as background_log:
         process = subprocess.Popen(
             ["nice", "-n", str(niceness), *background],
             cwd=REPO,
             stdout=background_log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
+        _lower_autogroup(process.pid, niceness)
         status = 0
         try:
             for command in foreground:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
+import pytest
 from run_suite import LEARNING, REPO, run_beside
 
 PYTHON = sys.executable
+AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def python(code: str) -> list[str]:
@@ -22,6 +25,17 @@ def test_the_background_output_comes_after_the_foregrounds_and_its_failure_count
     assert status == 3
     assert out.index("first") < out.index("second") < out.index("background at")
     assert f"background at {os.nice(0) + 7}" in out
+
+
+@pytest.mark.skipif(not AUTOGROUP.exists(), reason="this kernel has no autogroups")
+def test_the_background_has_a_session_and_an_autogroup_of_its_own_at_its_niceness(capfd):
+    report = "import os; print('background', os.getsid(0), open('/proc/self/autogroup').read())"
+    assert run_beside(python(report), [], 5) == 0
+    line = capfd.readouterr().out.split("background ")[-1]
+    session, autogroup = line.split()[:2]
+    assert int(session) != os.getsid(0)
+    assert autogroup != AUTOGROUP.read_text().split()[0]
+    assert line.split()[2:4] == ["nice", "5"]
 
 
 def test_a_failed_foreground_command_stops_the_rest_and_the_background(capfd):
