@@ -14,7 +14,7 @@ share beside each job the rest starts in a session of its own (start_new_session
 rest ran far slower. The learning runs' results do not depend on how fast they run (their
 workers are single-threaded, their sandbox programs take milliseconds against a 10 s wall
 clock). The learning tests' output is printed after the rest's; the exit status is
-the first failure's (lint's stops the learning tests).
+the first failure's. A failed lint stops the learning tests; a failure of the rest does not.
 """
 
 from __future__ import annotations
@@ -51,6 +51,12 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def _interruptible() -> None:
+    """SIGINT back to its default in the child (a shell's background job ignores it), so that
+    _stop's interrupt reaches pytest, which turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _lower_autogroup(pid: int, niceness: int) -> None:
     """Give the autogroup of `pid`'s session `niceness`, where the kernel has autogroups."""
     autogroup = Path(f"/proc/{pid}/autogroup")
@@ -58,11 +64,13 @@ def _lower_autogroup(pid: int, niceness: int) -> None:
         autogroup.write_text(str(niceness))
 
 
-def run_beside(background: list[str], foreground: list[list[str]], niceness: int) -> int:
-    """Start `background` at `niceness`, in a session of its own, then run the `foreground`
-    commands one after another until one fails; wait for `background` unless one did (it is
-    interrupted then). Its output is printed after theirs; returns the first failure's exit
-    status, or 0."""
+def run_beside(
+    background: list[str], before: list[str], foreground: list[str], niceness: int
+) -> int:
+    """Start `background` at `niceness`, in a session of its own, then run `before` and, if it
+    succeeds, `foreground`; wait for `background` unless `before` failed (it is interrupted
+    then: nothing it runs beside would run). Its output is printed after theirs; returns the
+    first failure's exit status, or 0."""
     with tempfile.TemporaryFile("w+") as background_log:
         process = subprocess.Popen(
             ["nice", "-n", str(niceness), *background],
@@ -70,15 +78,13 @@ def run_beside(background: list[str], foreground: list[list[str]], niceness: int
             stdout=background_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_interruptible,
         )
         _lower_autogroup(process.pid, niceness)
-        status = 0
         try:
-            for command in foreground:
-                status = subprocess.run(command, cwd=REPO).returncode
-                if status != 0:
-                    break
-            else:
+            status = subprocess.run(before, cwd=REPO).returncode
+            if status == 0:
+                status = subprocess.run(foreground, cwd=REPO).returncode
                 process.wait()
         finally:
             _stop(process)
@@ -96,7 +102,7 @@ def main() -> int:
     learning = [*PYTEST, "-p", "no:cacheprovider", "--durations=15", LEARNING]
     before = ["make", "lint", "test-deps", "vllm"]
     rest = [*PYTEST, "--durations=30", f"--ignore={LEARNING}"]
-    return run_beside(learning, [before, rest], LEARNING_NICENESS)
+    return run_beside(learning, before, rest, LEARNING_NICENESS)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -12,15 +13,20 @@ from run_suite import LEARNING, REPO, run_beside
 
 PYTHON = sys.executable
 AUTOGROUP = Path("/proc/self/autogroup")
+# run_suite kills a background that an interrupt has not stopped within 60 s
+STOPPED_BEFORE_THE_KILL = 50
 
 
 def python(code: str) -> list[str]:
     return [PYTHON, "-c", code]
 
 
+OK = python("")
+
+
 def test_the_background_output_comes_after_the_foregrounds_and_its_failure_counts(capfd):
     background = python("import os; print('background at', os.nice(0)); raise SystemExit(3)")
-    status = run_beside(background, [python("print('first')"), python("print('second')")], 7)
+    status = run_beside(background, python("print('first')"), python("print('second')"), 7)
     out = capfd.readouterr().out
     assert status == 3
     assert out.index("first") < out.index("second") < out.index("background at")
@@ -30,7 +36,7 @@ def test_the_background_output_comes_after_the_foregrounds_and_its_failure_count
 @pytest.mark.skipif(not AUTOGROUP.exists(), reason="this kernel has no autogroups")
 def test_the_background_has_a_session_and_an_autogroup_of_its_own_at_its_niceness(capfd):
     report = "import os; print('background', os.getsid(0), open('/proc/self/autogroup').read())"
-    assert run_beside(python(report), [], 5) == 0
+    assert run_beside(python(report), OK, OK, 5) == 0
     line = capfd.readouterr().out.split("background ")[-1]
     session, autogroup = line.split()[:2]
     assert int(session) != os.getsid(0)
@@ -38,18 +44,46 @@ def test_the_background_has_a_session_and_an_autogroup_of_its_own_at_its_nicenes
     assert line.split()[2:4] == ["nice", "5"]
 
 
-def test_a_failed_foreground_command_stops_the_rest_and_the_background(capfd):
+def started_and_failing(marker: Path, status: int) -> tuple[list[str], list[str]]:
+    """A background that marks it has started (so an interrupt is a KeyboardInterrupt, not a
+    kill during start-up) and sleeps, and a command that fails once it has."""
+    mark = f"pathlib.Path({str(marker)!r})"
+    background = python(f"import pathlib, time; {mark}.touch(); time.sleep(600)")
+    wait = f"import pathlib, time\nwhile not {mark}.exists(): time.sleep(0.05)"
+    return background, python(f"{wait}\nraise SystemExit({status})")
+
+
+def test_a_failed_before_stops_the_background_and_skips_the_foreground(capfd, tmp_path):
     started = time.monotonic()
-    background = python("import time; print('started', flush=True); time.sleep(600)")
-    failing = python("import time; time.sleep(1); raise SystemExit(2)")
-    assert run_beside(background, [failing, python("print('never run')")], 10) == 2
-    assert time.monotonic() - started < 60
+    background, failing = started_and_failing(tmp_path / "started", 2)
+    assert run_beside(background, failing, python("print('never run')"), 10) == 2
+    assert time.monotonic() - started < STOPPED_BEFORE_THE_KILL
     out = capfd.readouterr().out
-    assert "started" in out and "KeyboardInterrupt" in out and "never run" not in out
+    assert "KeyboardInterrupt" in out and "never run" not in out
+
+
+def test_a_failed_foreground_leaves_the_background_to_finish(capfd):
+    background = python("import time; time.sleep(2); print('background finished')")
+    assert run_beside(background, OK, python("raise SystemExit(5)"), 10) == 5
+    out = capfd.readouterr().out
+    assert "background finished" in out and "KeyboardInterrupt" not in out
+
+
+def test_the_background_is_interrupted_even_where_sigint_was_ignored(capfd, tmp_path):
+    """As in a shell's background job: the interrupt must still reach the learning tests."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        started = time.monotonic()
+        background, failing = started_and_failing(tmp_path / "started", 4)
+        assert run_beside(background, failing, OK, 10) == 4
+        assert time.monotonic() - started < STOPPED_BEFORE_THE_KILL
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert "KeyboardInterrupt" in capfd.readouterr().out
 
 
 def test_a_background_killed_by_a_signal_is_a_failure():
-    assert run_beside(python("import os; os.kill(os.getpid(), 9)"), [python("")], 0) == 128 + 9
+    assert run_beside(python("import os; os.kill(os.getpid(), 9)"), OK, OK, 0) == 128 + 9
 
 
 def test_make_test_runs_the_suite_through_it_and_the_learning_module_exists():
