@@ -141,6 +141,8 @@ def test_async_recipe_samples_at_0_7_with_a_constant_learning_rate(snakemake):
             "constant",
             3e-6,
         )
+        # the paper's global batch, accumulated over micro-batches that fit the learner's GPU
+        assert (section["prompts_per_step"], section["micro_batch_prompts"]) == (128, 16)
 
 
 def test_pfppo_recipe_sfts_for_five_epochs(snakemake):

@@ -161,9 +161,15 @@ def _check_sft(section: dict, source: str) -> None:
 
 
 def _check_online(section: dict, tasks: dict, source: str, both_given: bool) -> None:
-    """online_dpo variant names unique; steps split into whole generation rounds; the prompt
-    task configured (when there are variants to run)."""
+    """online_dpo variant names unique; steps split into whole generation rounds; micro-batches
+    within a step; the prompt task configured (when there are variants to run)."""
     names = [v["name"] for v in section["variants"]]
+    micro, prompts = section["micro_batch_prompts"], section["prompts_per_step"]
+    if micro is not None and micro > prompts:
+        raise ReasonRLError(
+            f"{source}: config key 'online_dpo.micro_batch_prompts' ({micro}) is more than"
+            f" online_dpo.prompts_per_step ({prompts}), the prompts of a step"
+        )
     if both_given and names and section["task"] not in tasks:
         raise ReasonRLError(
             f"{source}: config key 'online_dpo.task' names '{section['task']}', "

@@ -57,6 +57,9 @@ GPU_BYTES = 80 * GIB
 # its GPUs, each scoring its part of the rows. tests/test_memory_plan.py keeps this in step
 # with the rules.
 LAUNCHED_RULES = frozenset({"sft", "preference_train", "train_reward_model", "reference_logps"})
+# Rows of one reference forward: sequences.summed_logps and token_logps score in chunks of
+# this many (their batch_size), whatever the rows to score.
+REFERENCE_ROWS = 16
 # The linears of a Llama-style layer, where LoRA puts adapters unless told otherwise (the
 # schema's default lora.target_modules).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -461,20 +464,25 @@ def _online_specs(config: dict) -> list[RuleSpec]:
     if not section["variants"]:
         return []
     k = section["samples_per_prompt"]
-    # One optimizer step's mini-batch: best and worst of K (DPO), all K (RLOO, PPO).
-    per_prompt = max(2 if v["loss"] == "dpo" else k for v in section["variants"])
-    sequences = section["prompts_per_step"] * per_prompt
+    # One micro-batch of an optimizer step (the learner accumulates a step's micro-batches):
+    # best and worst of K (DPO), all K (RLOO, PPO) of micro_batch_prompts prompts.
+    prompts = section["micro_batch_prompts"] or section["prompts_per_step"]
+    per_prompt = {v["loss"]: 2 if v["loss"] == "dpo" else k for v in section["variants"]}
+    sequences = prompts * max(per_prompt.values())
     trained = _trained(section, sequences, section["max_length"])
     rm = int(section["reward"] != "oracle")
     reference = _reference_copies(section)
     kept = "frozen" if reference else "adapters off"
     gen = generation_spec("online_dpo", config)
+    # Forwards without gradients: the reference's, REFERENCE_ROWS rows at a time over the
+    # step's samples, and PPO's critic values of one micro-batch before the step's update.
+    forward_rows = max(REFERENCE_ROWS, prompts * k if "ppo" in per_prompt else 0)
     return [
         replace(
             gen,
             trained=[trained],
             frozen=gen.frozen + reference + rm,
-            frozen_tokens=sequences * section["max_length"],
+            frozen_tokens=forward_rows * section["max_length"],
             note=f"reference {kept}; generator beside the learner",
         )
     ]

@@ -12,17 +12,68 @@ import math
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from reasonrl.io import read_json, write_json
 from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
-from reasonrl.sequences import sampled_trajectory, summed_logps, token_logps
-from reasonrl.training.loop import TrainingLoop
-from reasonrl.training.online_dpo import best_worst, dpo_batch, ppo_batch, rloo_batch
+from reasonrl.sequences import MaskedSequence, sampled_trajectory, summed_logps, token_logps
+from reasonrl.training.loop import LOSS_SHARE, LoopSettings, TrainingLoop
+from reasonrl.training.online_dpo import (
+    add_ppo_targets,
+    best_worst,
+    critic_values,
+    dpo_batch,
+    loss_normaliser,
+    online_ppo_settings,
+    ppo_batch,
+    rloo_batch,
+)
 from reasonrl.training.ppo import PolicyCritic
 from reasonrl.training.reference import Reference
+
+# TrainingLoop.evaluate: fn(model, batch) without gradients, as the loss sees the model.
+Evaluate = Callable[[Callable[[torch.nn.Module, dict], torch.Tensor], dict], torch.Tensor]
+
+
+def micro_batch_prompts(section: dict) -> int:
+    """Prompts per micro-batch: online_dpo.micro_batch_prompts, or all of a step's (null)."""
+    return section["micro_batch_prompts"] or section["prompts_per_step"]
+
+
+def micro_batches_per_step(section: dict) -> int:
+    """The micro-batches of each optimizer step (the loop's grad_accum); the last one has
+    the prompts left over where micro_batch_prompts does not divide prompts_per_step."""
+    return math.ceil(section["prompts_per_step"] / micro_batch_prompts(section))
+
+
+def loop_settings(section: dict, seed: int) -> LoopSettings:
+    """The training loop's settings of an online run (`section`: online_dpo with the
+    variant's keys): a step per mini-batch, accumulated over its micro-batches."""
+    return LoopSettings.from_config(
+        {
+            **section,
+            "max_steps": section["steps"],
+            "grad_accum": micro_batches_per_step(section),
+            "weight_decay": 0.0,
+        },
+        seed,
+    )
+
+
+def with_loss_shares(loss: str, batches: list[dict]) -> list[dict]:
+    """Each micro-batch with its share of its step's loss: its part of what the loss is a
+    mean over (pairs, rows, action tokens; loss_normaliser), which micro-batches hold unevenly
+    (tied DPO prompts have no pair, rows have their own lengths). A step with nothing to
+    train (every prompt tied) has even shares."""
+    counts = [loss_normaliser(loss, batch) for batch in batches]
+    total = sum(counts)
+    return [
+        {**batch, LOSS_SHARE: count / total if total else 1 / len(batches)}
+        for batch, count in zip(batches, counts, strict=True)
+    ]
 
 
 class RoundStore:
@@ -107,6 +158,7 @@ class Learner:
         self.started = time.perf_counter()  # the wall-clock counts the generator's start-up
         self.clock_offset = 0.0
         self.pushed_once = False
+        self.step_metrics: dict = {}  # of the step being trained (micro_batches makes them)
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -123,11 +175,16 @@ class Learner:
             self.store.save(payload)
         return payload, time.perf_counter() - t0
 
-    def minibatch(self, payload: dict, step: int, waited: float) -> dict:
-        """Optimizer step `step`'s batch from its mini-batch of the round: the reference's
-        log-probs, then the DPO pairs (best vs worst of each prompt) or the RLOO / PPO batch;
-        its metrics ride along (`waited`: the seconds this step waited for the round)."""
-        round_no, part = self.schedule.round_of(step)
+    def micro_batches(
+        self, payload: dict, step: int, waited: float, evaluate: Evaluate
+    ) -> list[dict]:
+        """Optimizer step `step`'s micro-batches from its mini-batch of the round: the
+        reference's log-probs, then per micro-batch of online_dpo.micro_batch_prompts prompts
+        (a prompt's K samples in one) the DPO pairs (best vs worst of each prompt) or the
+        RLOO / PPO rows, each with its share of the step's loss. The step's metrics, of its
+        whole mini-batch, wait in `step_metrics` for on_step (`waited`: the seconds this step
+        waited for the round). `evaluate`: TrainingLoop.evaluate, for PPO's critic values."""
+        _, part = self.schedule.round_of(step)
         k = self.section["samples_per_prompt"]
         per_step = self.section["prompts_per_step"] * k
         rows = payload["rows"][part * per_step : (part + 1) * per_step]
@@ -143,30 +200,70 @@ class Learner:
             for row in rows
         ]
         pad = self.tokenizer.pad_token_id
+        ref_tokens = None
         with self.reference.evaluating() as reference:
             if self.section["loss"] == "ppo":
                 ref_tokens = token_logps(reference, seqs, pad)
                 ref = [sum(values) for values in ref_tokens]
             else:
                 ref = summed_logps(reference, seqs, pad)
+        size = micro_batch_prompts(self.section) * k
+        spans = [slice(i, i + size) for i in range(0, len(rows), size)]
+        batches = [
+            self._micro_batch(rows[s], seqs[s], ref[s], ref_tokens[s] if ref_tokens else None)
+            for s in spans
+        ]
+        if self.section["loss"] == "ppo":
+            values = [evaluate(critic_values, batch) for batch in batches]
+            settings = online_ppo_settings(self.section["beta"], self.section["clip"])
+            add_ppo_targets(batches, values, settings)
+        self.step_metrics = self._metrics(payload, step, rows, ref, seqs, waited)
+        # the step's batch: reference log-probs, pairs or rows, PPO's critic values
+        self.step_metrics["reference_seconds"] = time.perf_counter() - t0
+        return with_loss_shares(self.section["loss"], batches)
+
+    def _micro_batch(
+        self,
+        rows: list[dict],
+        seqs: list[MaskedSequence],
+        ref: list[float],
+        ref_tokens: list[list[float]] | None,
+    ) -> dict:
+        """The DPO pairs, RLOO rows or PPO rows of whole prompts' samples, with the
+        reference's log-probs of those rows (summed; per token for PPO)."""
+        pad = self.tokenizer.pad_token_id
+        rewards = [row["reward"] for row in rows]
+        if self.section["loss"] == "dpo":
+            pairs, _, _ = best_worst_pairs(rewards, self.section["samples_per_prompt"])
+            return dpo_batch(seqs, ref, pairs, pad)
+        if self.section["loss"] == "ppo":
+            old = [row["behaviour_token_logps"] for row in rows]
+            return ppo_batch(seqs, old, ref_tokens, rewards, pad)
+        behaviour = [row["behaviour_logp"] for row in rows]
+        return rloo_batch(seqs, ref, behaviour, rewards, pad)
+
+    def _metrics(
+        self,
+        payload: dict,
+        step: int,
+        rows: list[dict],
+        ref: list[float],
+        seqs: list[MaskedSequence],
+        waited: float,
+    ) -> dict:
+        """The step's metrics, of its whole mini-batch."""
+        round_no, part = self.schedule.round_of(step)
         rewards = [row["reward"] for row in rows]
         behaviour = [row["behaviour_logp"] for row in rows]
-        pairs, margins, ties = best_worst_pairs(rewards, k)
-        if self.section["loss"] == "dpo":
-            batch = dpo_batch(seqs, ref, pairs, pad)
-        elif self.section["loss"] == "ppo":
-            old = [row["behaviour_token_logps"] for row in rows]
-            batch = ppo_batch(seqs, old, ref_tokens, rewards, pad)
-        else:
-            batch = rloo_batch(seqs, ref, behaviour, rewards, pad)
+        _, margins, ties = best_worst_pairs(rewards, self.section["samples_per_prompt"])
         tokens = sum(sum(s.mask) for s in seqs)
         version = payload["version"]
-        batch["metrics"] = {
+        return {
             "reward": sum(rewards) / len(rewards),
             "reward_std": statistics.pstdev(rewards),
             "correct": sum(row["correct"] for row in rows) / len(rows),
             "win_margin": sum(margins) / len(margins) if margins else 0.0,
-            "pairs": float(len(pairs)),
+            "pairs": float(len(margins)),
             "ties": float(ties),
             # KL(pi_gen || pi_sft) estimated on the samples, and the SFT policy's perplexity.
             # Both log-probs are at temperature 1: the estimate is on-sample only when
@@ -184,14 +281,13 @@ class Learner:
             "generator_weight_wait_seconds": payload["weight_wait_seconds"] if part == 0 else 0.0,
             "weight_load_seconds": payload["weight_load_seconds"] if part == 0 else 0.0,
             "data_wait_seconds": waited,
-            "reference_seconds": time.perf_counter() - t0,
         }
-        return batch
 
     # -- weights ------------------------------------------------------------------------------
 
     def on_step(self, step: int, model: torch.nn.Module, history: list[dict]) -> dict | None:
-        """Push the weights a later round samples with; stamp the step's wall-clock."""
+        """Push the weights a later round samples with; add the step's metrics (of its whole
+        mini-batch) and its wall-clock to its history entry."""
         t0 = time.perf_counter()
         if isinstance(model, PolicyCritic):
             model = model.policy  # the generator samples with the policy, not the critic
@@ -205,6 +301,7 @@ class Learner:
             self.generator.push(step, model)
         now = time.perf_counter()
         return {
+            **self.step_metrics,
             "weight_push_seconds": now - t0,
             "elapsed": self.clock_offset + now - self.started,
         }
@@ -213,12 +310,15 @@ class Learner:
 def learn(loop: TrainingLoop, learner: Learner, schedule: Schedule) -> None:
     """The online loop, from the step the loop resumed at: per round, receive its samples
     (generated and scored in the generator process by the policy version the schedule names),
-    then per mini-batch: reference log-probs -> pairs (or the RLOO / PPO batch) -> one update.
+    then per mini-batch: reference log-probs -> pairs (or the RLOO / PPO rows) in micro-batches
+    -> one update.
     After each step `learner.on_step` sends the weights a later round samples with."""
     n = schedule.minibatches_per_round
     for round_no in range(loop.step // n, schedule.rounds):
         payload, waited = learner.receive(round_no)
         for step in range(loop.step, (round_no + 1) * n):
-            batch = learner.minibatch(payload, step, waited)
-            loop.run(lambda _index, batch=batch: batch, 1)  # a one-step update on this batch
+            batches = learner.micro_batches(payload, step, waited, loop.evaluate)
+            # One update, accumulated over the step's micro-batches (the loop's grad_accum):
+            # micro-batch index i of the run is the step's i % grad_accum.
+            loop.run(lambda index, batches=batches: batches[index % len(batches)], 1)
             waited = 0.0

@@ -43,10 +43,9 @@ def online_dpo(
     scored per online_dpo.reward (`reward_model`: the BT-RM folder); writes the HF folder with
     per-step metrics (JSON + CSV) and the manifest."""
     from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
-    from reasonrl.online_dpo.learner import Learner, RoundStore, learn
+    from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.stages._train import TrainingRun
-    from reasonrl.training.loop import LoopSettings
     from reasonrl.training.lora import LoraSettings
     from reasonrl.training.online_dpo import OnlineObjective
     from reasonrl.training.ppo import PolicyCritic
@@ -87,10 +86,7 @@ def online_dpo(
         if section["loss"] == "ppo":
             # The critic's value head on the policy's trunk: the learner holds no third model.
             model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
-        settings = LoopSettings.from_config(
-            {**section, "max_steps": section["steps"], "grad_accum": 1, "weight_decay": 0.0},
-            config["seed"],
-        )
+        settings = loop_settings(section, config["seed"])
         objective = OnlineObjective(
             section["loss"], section["beta"], section["clip"], section["samples_per_prompt"]
         )

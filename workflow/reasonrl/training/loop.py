@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from accelerate import Accelerator
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 Batch = dict[str, torch.Tensor]
 LossFn = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
 StepHook = Callable[[int, torch.nn.Module, list[dict]], dict | None]
+# A micro-batch's key for its share of its optimizer step's loss (the shares of a step's
+# micro-batches add up to 1); without it each has an even share, 1 / grad_accum.
+LOSS_SHARE = "loss_share"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,14 @@ class TrainingLoop:
     def unwrapped_model(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)
 
+    def evaluate(self, fn: Callable[[torch.nn.Module, Batch], T], batch: Batch) -> T:
+        """`fn(model, batch)` as the loss sees the model (the batch on its device, under the
+        run's autocast) but without gradients: what a loss needs from a whole optimizer step
+        before any of its micro-batches' backward (online PPO's critic values, for advantages
+        whitened over the step)."""
+        with torch.no_grad(), self.accelerator.autocast():
+            return fn(self.model, to_device(batch, self.accelerator.device))
+
     def run(self, micro_batch: Callable[[int], Batch], steps: int) -> None:
         """Take `steps` optimizer steps on `micro_batch(i)`, i counted over the whole run."""
         settings, accelerator = self.settings, self.accelerator
@@ -324,6 +337,7 @@ def _optimizer_step(
     model, micro_batch, loss_fn, settings, step, optimizer, scheduler, accelerator
 ) -> dict:
     totals: dict[str, float] = {}
+    summed = {"tokens"}  # counts add up over micro-batches; the rest are (weighted) means
     for micro in range(settings.grad_accum):
         batch = micro_batch(
             micro_batch_index(
@@ -332,23 +346,34 @@ def _optimizer_step(
             )
         )  # fmt: skip
         batch = to_device(batch, accelerator.device)
+        weight = _loss_weight(batch, settings.grad_accum)
         with accelerator.accumulate(model), accelerator.autocast():
             loss, stats = loss_fn(model, batch)
-            accelerator.backward(loss)  # divided by grad_accum there (or in DeepSpeed's engine)
+            # divided by grad_accum there (or in DeepSpeed's engine)
+            accelerator.backward(loss * weight)
         stats = {"loss": loss.item(), **stats}
         for key, value in stats.items():
-            totals[key] = totals.get(key, 0.0) + value
+            totals[key] = totals.get(key, 0.0) + (value if key in summed else weight * value)
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
     lr = scheduler.get_last_lr()[0]
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    summed = {"tokens"}  # counts add up over micro-batches; the rest are averaged
     out = {k: v if k in summed else v / settings.grad_accum for k, v in totals.items()}
     if accelerator.num_processes > 1:
         out = _over_processes(out, accelerator, summed)
     out.update(lr=lr, grad_norm=float(grad_norm))
     return out
+
+
+def _loss_weight(batch: Batch, grad_accum: int) -> float:
+    """A micro-batch's loss weight against an even share of the step (1.0 without LOSS_SHARE).
+    A step whose loss is a mean over pairs or tokens that its micro-batches hold unevenly
+    weighs each by its share of them, so the accumulated gradient and the step's logged means
+    are those of the step's whole batch in one micro-batch."""
+    if LOSS_SHARE not in batch:
+        return 1.0
+    return float(batch.pop(LOSS_SHARE)) * grad_accum
 
 
 def _over_processes(stats: dict[str, float], accelerator: Accelerator, summed: set) -> dict:

@@ -4,8 +4,9 @@
   dropped and counted); the loss is the DPO loss of reasonrl.training.preference against a
   reference fixed at the SFT policy, log-probs summed over the model's own turns (M-DPO masks).
 - PPO: policy plus a critic (value head on the policy's trunk), per-token KL penalty to the
-  SFT policy, GAE, clipped surrogate with the generating policy as the old one, one epoch per
-  mini-batch (the paper's setting), from reasonrl.training.ppo.
+  SFT policy, GAE with the critic's values from before the step, advantages whitened over the
+  step, clipped surrogate with the generating policy as the old one, one epoch per mini-batch
+  (the paper's setting), from reasonrl.training.ppo.
 - Proximal RLOO (paper, appendix B): RLOO's leave-one-out advantage of the KL-penalised reward,
   with a PPO-style clipped importance ratio pi(y|x) / pi_gen(y|x) to the policy that generated
   the sample, so off-policy samples are corrected and large steps are cut.
@@ -92,28 +93,55 @@ def proximal_rloo_loss(
     return loss, stats
 
 
+def online_ppo_settings(beta: float, clip: float) -> PPOSettings:
+    """PPO's settings from online_dpo's keys: beta the KL penalty, clip the ratio's epsilon."""
+    return PPOSettings(kl_beta=beta, clip_ratio=clip)
+
+
+def critic_values(model: PolicyCritic, batch: dict) -> torch.Tensor:
+    """The critic's value of each prefix [B, T-1], in fp32 on the CPU beside the batch."""
+    return model(batch["input_ids"], batch["attention_mask"])[1].float().cpu()
+
+
+def add_ppo_targets(batches: list[dict], values: list[torch.Tensor], settings: PPOSettings) -> None:
+    """Each micro-batch of one optimizer step gets its old values, returns and advantages,
+    from `values` (critic_values before the step's update, one tensor per micro-batch):
+
+    r_t = -beta (log pi_gen - log pi_sft) on each action, + the sequence reward on the last;
+    advantages by GAE over each row's actions, whitened over the whole step's action tokens
+    (not each micro-batch's), so the micro-batches train as the step's batch would in one.
+    """
+    raw = []
+    for batch, old in zip(batches, values, strict=True):
+        mask = batch["action_mask"].float()
+        rewards = token_rewards(
+            batch["scores"], batch["old_logps"], batch["ref_token_logps"], mask, settings.kl_beta
+        )
+        advantages, returns = gae(rewards, old, mask, settings.gamma, settings.lam)
+        batch.update(old_values=old, returns=returns)
+        raw.append(advantages)
+    actions = [batch["action_mask"].bool() for batch in batches]
+    whitened = normalise(torch.cat([a[m] for a, m in zip(raw, actions, strict=True)]))
+    parts = whitened.split([int(m.sum()) for m in actions])
+    for batch, advantages, m, part in zip(batches, raw, actions, parts, strict=True):
+        batch["advantages"] = torch.zeros_like(advantages).masked_scatter(m, part)
+
+
 def online_ppo_loss(
     model: PolicyCritic, batch: dict, settings: PPOSettings
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO on one mini-batch of generated samples, the old policy being the one that generated
-    them (so the ratio corrects the learner's lag behind the generator):
-
-    r_t = -beta (log pi_gen - log pi_sft) on each action, + the sequence reward on the last;
-    advantages by GAE over the action tokens with the critic's values, whitened;
-    loss = clipped surrogate + value_coef * clipped value loss (PPO's, reasonrl.training.ppo).
-    """
+    """PPO on a micro-batch of generated samples with its add_ppo_targets, the old policy
+    being the one that generated them (so the ratio corrects the learner's lag behind the
+    generator): clipped surrogate + value_coef * clipped value loss (PPO's,
+    reasonrl.training.ppo), both means over the action tokens."""
     logps, values = model(batch["input_ids"], batch["attention_mask"])
     mask = batch["action_mask"].to(logps.dtype)
-    old_values = values.detach()
-    rewards = token_rewards(
-        batch["scores"], batch["old_logps"], batch["ref_token_logps"], mask, settings.kl_beta
-    )
-    advantages, returns = gae(rewards, old_values, mask, settings.gamma, settings.lam)
-    advantages = normalise(advantages, mask)
     policy_loss, clip_fraction = clipped_policy_loss(
-        logps, batch["old_logps"], advantages, mask, settings.clip_ratio
+        logps, batch["old_logps"], batch["advantages"], mask, settings.clip_ratio
     )
-    value_loss = clipped_value_loss(values, old_values, returns, mask, settings.value_clip)
+    value_loss = clipped_value_loss(
+        values, batch["old_values"], batch["returns"], mask, settings.value_clip
+    )
     stats = {
         "policy_loss": float(policy_loss.detach()),
         "value_loss": float(value_loss.detach()),
@@ -129,9 +157,10 @@ class OnlineObjective:
     with M-DPO masks and cached SFT reference log-probs), "rloo" (Proximal RLOO) or "ppo"
     (the model a PolicyCritic; one PPO epoch per mini-batch, as in the paper).
 
-    A batch carries its step metrics (reward, KL, policy version ...) in batch["metrics"];
-    they are passed through to the loop's history. A DPO batch without a pair (every prompt
-    tied) trains nothing that step.
+    A batch is one micro-batch of a step (whole prompts: a prompt's pair or K samples in one);
+    each loss is a mean over its pairs, rows or action tokens, and the learner gives each
+    micro-batch its share of the step's (the loop's LOSS_SHARE). A DPO micro-batch without a
+    pair (every prompt tied) trains nothing.
     """
 
     def __init__(self, loss: str, beta: float, clip: float, k: int):
@@ -140,29 +169,36 @@ class OnlineObjective:
         self.clip = clip
         self.k = k
         self.dpo = PreferenceObjective(LossSettings(name="mdpo", eta=beta))
-        self.ppo = PPOSettings(kl_beta=beta, clip_ratio=clip)
+        self.ppo = online_ppo_settings(beta, clip)
 
     def __call__(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-        metrics = dict(batch["metrics"])
         if batch["input_ids"].shape[0] == 0:
-            return torch.zeros((), requires_grad=True), {"tokens": 0.0, **metrics}
+            return torch.zeros((), requires_grad=True), {"tokens": 0.0}
         if self.loss == "dpo":
-            loss, stats = self.dpo(model, batch)
-        elif self.loss == "ppo":
-            loss, stats = online_ppo_loss(model, batch, self.ppo)
-        else:
-            logps, _ = sequence_logps(model, batch)
-            loss, stats = proximal_rloo_loss(
-                logps,
-                batch["behaviour_logps"],
-                batch["ref_logps"],
-                batch["rewards"],
-                self.k,
-                self.beta,
-                self.clip,
-            )
-            stats["tokens"] = float(batch["attention_mask"].sum())
-        return loss, {**stats, **metrics}
+            return self.dpo(model, batch)
+        if self.loss == "ppo":
+            return online_ppo_loss(model, batch, self.ppo)
+        logps, _ = sequence_logps(model, batch)
+        loss, stats = proximal_rloo_loss(
+            logps,
+            batch["behaviour_logps"],
+            batch["ref_logps"],
+            batch["rewards"],
+            self.k,
+            self.beta,
+            self.clip,
+        )
+        stats["tokens"] = float(batch["attention_mask"].sum())
+        return loss, stats
+
+
+def loss_normaliser(loss: str, batch: dict) -> float:
+    """What a micro-batch's loss is a mean over: its DPO pairs, RLOO rows or PPO action
+    tokens (the count its share of the step's loss is made of)."""
+    if loss == "ppo":
+        return float(batch["action_mask"].sum())
+    rows = batch["input_ids"].shape[0]
+    return rows / 2 if loss == "dpo" else float(rows)
 
 
 def dpo_batch(
