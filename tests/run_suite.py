@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from isolation import default_signals
+
 REPO = Path(__file__).resolve().parents[1]
 LEARNING = "tests/test_preference_learning.py"
 # The niceness of the learning tests (and of everything they start): at 10 a busy process of
@@ -51,12 +53,6 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
-def _interruptible() -> None:
-    """SIGINT back to its default in the child (a shell's background job ignores it), so that
-    _stop's interrupt reaches pytest, which turns it into KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _lower_autogroup(pid: int, niceness: int) -> None:
     """Give the autogroup of `pid`'s session `niceness`, where the kernel has autogroups."""
     autogroup = Path(f"/proc/{pid}/autogroup")
@@ -78,7 +74,8 @@ def run_beside(
             stdout=background_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_interruptible,
+            # a shell's background job ignores SIGINT: _stop's interrupt must reach pytest
+            preexec_fn=default_signals,
         )
         _lower_autogroup(process.pid, niceness)
         try:
