@@ -40,6 +40,17 @@ def max_overlap(results) -> int:
     return most
 
 
+def describe(pid: int) -> str:
+    """pid, state, parent and command of a process, for a failure message."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return f"{pid} (gone)"
+    state, parent = stat.rsplit(")", 1)[1].split()[:2]
+    return f"{pid} state {state} parent {parent}: {command.decode(errors='replace')[:80]}"
+
+
 @pytest.fixture
 def assert_nothing_left():
     """Checks that no sandbox of this process (or of the callers named) and no new child of
@@ -55,10 +66,12 @@ def assert_nothing_left():
 
     def check(callers: tuple[int, ...] = ()) -> None:
         """callers: processes the test started whose sandboxes count too."""
-        deadline = time.monotonic() + 3
+        # A killed caller's sandboxes die after it and its orphans go to the host's init to be
+        # reaped: on a loaded machine either can take seconds (once in CI, one was left at 3 s).
+        deadline = time.monotonic() + 10
         while (sandbox_processes(callers) or new_children()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert sandbox_processes(callers) == []
+        assert [describe(pid) for pid in sandbox_processes(callers)] == []
         assert new_children() == set()  # zombies are children too, until reaped
 
     return check
