@@ -163,16 +163,21 @@ def test_sft_over_two_processes_is_one_with_twice_the_accumulation(tmp_path):
     tiny_policy = tmp_path / "policy"
     build_tiny_policy(corpus_texts([str(tmp_path / "train.jsonl")]), settings, 0, tiny_policy)
     runs = {}
-    for launcher, grad_accum in (("one", 2), ("ddp", 1), ("zero2", 1)):
-        sft = {"max_steps": 4, "batch_size": 2, "grad_accum": grad_accum, "lr": 1e-2,
-               "max_length": 1024, "log_every": 1}  # fmt: skip
-        out = tmp_path / launcher
+    # "whole": each step's two micro-batches of 2 solutions in one of 4 (not regrouped by
+    # length), whose loss is the token mean over all four: accumulation weighs micro-batches
+    # by their target tokens.
+    for name, launcher, grad_accum in (("one", "one", 2), ("ddp", "ddp", 1),
+                                       ("zero2", "zero2", 1), ("whole", "one", 1)):  # fmt: skip
+        batch_size = 4 if name == "whole" else 2
+        sft = {"max_steps": 4, "batch_size": batch_size, "grad_accum": grad_accum, "lr": 1e-2,
+               "max_length": 1024, "log_every": 1, "group_by_length": False}  # fmt: skip
+        out = tmp_path / name
         args = ["sft", "--config-json", json.dumps({"sft": sft}), "--style", "tool"]
         args += ["--model", str(tiny_policy), "--train", str(tmp_path / "train.jsonl")]
-        runs[launcher] = _run(out, launcher, *args, "--out", str(out))
-    for launcher in ("ddp", "zero2"):
-        _same_training(runs["one"], runs[launcher])
-        _same_weights(tmp_path / "one", tmp_path / launcher, tiny_policy)
+        runs[name] = _run(out, launcher, *args, "--out", str(out))
+    for name in ("ddp", "zero2", "whole"):
+        _same_training(runs["one"], runs[name])
+        _same_weights(tmp_path / "one", tmp_path / name, tiny_policy)
 
 
 def test_reference_logps_over_two_processes_are_the_one_process_rows(tiny_policy, pairs, tmp_path):
@@ -201,3 +206,26 @@ def test_reference_logps_over_two_processes_are_the_one_process_rows(tiny_policy
         assert [r["index"] for r in rows[launcher]] == [r["index"] for r in rows["one"]]
         for got, want in zip(rows[launcher], rows["one"], strict=True):
             assert got["logps"] == pytest.approx(want["logps"], rel=1e-5)
+
+
+def test_prm_accumulation_weighs_solutions_by_their_step_labels(tiny_policy, rm_inputs, tmp_path):
+    """PRM solutions of 1 to 4 steps hold 1 to 4 label tokens: a step accumulated over
+    micro-batches of one solution trains as the two in one micro-batch do."""
+    from reasonrl.io import read_jsonl
+
+    rows = read_jsonl(rm_inputs / "prm.jsonl")[:8]
+    for i, row in enumerate(rows):
+        row["steps"] = [f"Step {n} of {i}." for n in range(1 + i % 4)]
+        row["labels"] = ["+" if (n + i) % 3 else "-" for n in range(1 + i % 4)]
+        row["soft_labels"] = [float(label == "+") for label in row["labels"]]
+    write_jsonl(tmp_path / "prm.jsonl", rows, schema="prm_steps")
+    runs = {}
+    for name, batch_size, grad_accum in (("whole", 2, 1), ("accumulated", 1, 2)):
+        train = {"max_steps": 4, "batch_size": batch_size, "grad_accum": grad_accum,
+                 "lr": 1e-2, "log_every": 1}  # fmt: skip
+        config = {"reward_models": {"train": train, "heldout_fraction": 0}}
+        args = ["train-reward-model", "--config-json", json.dumps(config), "--kind", "prm"]
+        args += ["--model", str(tiny_policy), "--problems", str(rm_inputs / "problems.jsonl")]
+        args += ["--data", str(tmp_path / "prm.jsonl"), "--out", str(tmp_path / name)]
+        runs[name] = _run(tmp_path / name, "one", *args)
+    _same_training(runs["whole"], runs["accumulated"])

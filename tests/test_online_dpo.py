@@ -307,8 +307,9 @@ def _learn(setup, payload: dict, folder: Path, loss: str, micro: int | None):
     learner = Learner(_StoredRounds(payload), store, schedule, section, tokenizer, reference)
     objective = OnlineObjective(loss, section["beta"], section["clip"], k=4)
     settings = loop_settings(section, seed=0)
+    checkpoints = CheckpointStore(folder / "ckpt", "micro")
     loop = TrainingLoop(
-        model, objective, settings, CheckpointStore(folder / "ckpt", "micro"), learner.on_step
+        model, objective, settings, checkpoints, learner.on_step, None, objective.units
     )
     learn(loop, learner, schedule)
     result = loop.finish()

@@ -16,13 +16,14 @@ from reasonrl.chat import TokenizedChat
 from reasonrl.models import load_policy
 from reasonrl.training import packed_attention
 from reasonrl.training.data import IGNORE, MicroBatches, flatten, pack, pad_batch
-from reasonrl.training.lm_loss import masked_lm_loss
+from reasonrl.training.lm_loss import masked_lm_loss, target_tokens
 from reasonrl.training.loop import (
     CheckpointStore,
     LoopSettings,
     TrainingLoop,
     make_scheduler,
     micro_batch_index,
+    step_micro_batches,
     train,
 )
 
@@ -314,6 +315,52 @@ def test_data_parallel_processes_train_on_distinct_micro_batches():
         for rank in range(4)
     ]
     assert sorted(parallel) == list(range(24))  # every micro-batch once, none shared
+
+
+def _one_step(tiny, folder, batches: list[dict], loss_units=None) -> dict:
+    """The first step's history entry of a run accumulating over `batches`."""
+    model, _ = load_policy(tiny)
+    settings = LoopSettings(max_steps=1, lr=1e-3, grad_accum=len(batches), max_grad_norm=1e9)
+    store = CheckpointStore(folder, "a")
+    result = train(model, lambda i: batches[i], masked_lm_loss, settings, store, None, None,
+                   loss_units)  # fmt: skip
+    return result["history"][0]
+
+
+def test_accumulation_weighs_micro_batches_by_their_target_tokens(tiny, tmp_path):
+    """A token-mean loss accumulated over micro-batches with unequal target tokens gives the
+    loss and gradient of the step's whole batch (Hugging Face's gradient-accumulation fix of
+    2024); even shares, as without loss_units, overweight the small micro-batch's tokens."""
+    samples = sorted(_samples(6, seed=2), key=lambda sample: sum(sample.loss_mask))
+    small, large = samples[:1], samples[1:]
+    assert target_tokens(pad_batch(small, 0)) * 3 < target_tokens(pad_batch(large, 0))
+    whole = _one_step(tiny, tmp_path / "whole", [pad_batch(samples, 0)])
+    parts = [pad_batch(small, 0), pad_batch(large, 0)]
+    weighted = _one_step(tiny, tmp_path / "weighted", parts, target_tokens)
+    even = _one_step(tiny, tmp_path / "even", parts)
+    for key in ("loss", "grad_norm", "token_accuracy"):
+        assert weighted[key] == pytest.approx(whole[key], rel=1e-4), key
+    assert even["loss"] != pytest.approx(whole["loss"], rel=1e-3)
+    assert even["grad_norm"] != pytest.approx(whole["grad_norm"], rel=1e-3)
+
+
+def test_step_weights_count_every_process_micro_batches():
+    units = [1.0, 3.0, 2.0, 4.0, 0.0, 0.0, 0.0, 0.0]  # steps 0 and 1 of 2 x 2 micro-batches
+    batches = [{"units": u} for u in units]
+
+    def weights(step: int, process: int, loss_units=lambda b: b["units"]) -> list[float]:
+        return [w for _, w in step_micro_batches(batches.__getitem__, step, 2, 2, process,
+                                                 loss_units)]  # fmt: skip
+
+    # the step's 10 units over 4 micro-batches: each weighs units / 10 x 4, whatever process
+    assert weights(0, 0) == pytest.approx([0.4, 0.8])  # micro-batches 0 and 2
+    assert weights(0, 1) == pytest.approx([1.2, 1.6])  # 1 and 3
+    assert weights(1, 0) == weights(1, 1) == [1.0, 1.0]  # nothing to count: even
+    assert weights(0, 1, loss_units=None) == [1.0, 1.0]
+    assert [b for b, _ in step_micro_batches(batches.__getitem__, 0, 2, 2, 1)] == [
+        batches[1],
+        batches[3],
+    ]
 
 
 def test_on_step_sees_the_start_and_every_step_and_extends_its_history(tiny, tmp_path):

@@ -20,13 +20,12 @@ import torch
 from reasonrl.io import read_json, write_json
 from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
 from reasonrl.sequences import MaskedSequence, sampled_trajectory, summed_logps, token_logps
-from reasonrl.training.loop import LOSS_SHARE, LoopSettings, TrainingLoop
+from reasonrl.training.loop import LoopSettings, TrainingLoop
 from reasonrl.training.online_dpo import (
     add_ppo_targets,
     best_worst,
     critic_values,
     dpo_batch,
-    loss_normaliser,
     online_ppo_settings,
     ppo_batch,
     rloo_batch,
@@ -61,19 +60,6 @@ def loop_settings(section: dict, seed: int) -> LoopSettings:
         },
         seed,
     )
-
-
-def with_loss_shares(loss: str, batches: list[dict]) -> list[dict]:
-    """Each micro-batch with its share of its step's loss: its part of what the loss is a
-    mean over (pairs, rows, action tokens; loss_normaliser), which micro-batches hold unevenly
-    (tied DPO prompts have no pair, rows have their own lengths). A step with nothing to
-    train (every prompt tied) has even shares."""
-    counts = [loss_normaliser(loss, batch) for batch in batches]
-    total = sum(counts)
-    return [
-        {**batch, LOSS_SHARE: count / total if total else 1 / len(batches)}
-        for batch, count in zip(batches, counts, strict=True)
-    ]
 
 
 class RoundStore:
@@ -220,7 +206,7 @@ class Learner:
         self.step_metrics = self._metrics(payload, step, rows, ref, seqs, waited)
         # the step's batch: reference log-probs, pairs or rows, PPO's critic values
         self.step_metrics["reference_seconds"] = time.perf_counter() - t0
-        return with_loss_shares(self.section["loss"], batches)
+        return batches
 
     def _micro_batch(
         self,

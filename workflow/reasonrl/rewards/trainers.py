@@ -34,7 +34,7 @@ from reasonrl.rewards.scoring import (
 )
 from reasonrl.rewards.steps import NEGATIVE, POSITIVE, orm_messages
 from reasonrl.training.data import MicroBatches
-from reasonrl.training.lm_loss import masked_lm_loss
+from reasonrl.training.lm_loss import masked_lm_loss, target_tokens
 from reasonrl.training.loop import LoopSettings
 from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 class Run(Protocol):
     """What a trainer needs of the stage's TrainingRun."""
 
-    def fit(self, model: torch.nn.Module, batches, loss_fn, settings: LoopSettings) -> dict:
+    def fit(
+        self, model: torch.nn.Module, batches, loss_fn, settings: LoopSettings, loss_units=None
+    ) -> dict:
         """The shared loop's result (history, model, ...)."""
 
     def adapt(
@@ -124,7 +126,8 @@ def _train_label_model(
     batches = MicroBatches(
         samples, section["train"]["batch_size"], tokenizer.pad_token_id, seed, False, 0
     )
-    result = run.fit(model, batches, masked_lm_loss, loop_settings(section, seed))
+    settings = loop_settings(section, seed)
+    result = run.fit(model, batches, masked_lm_loss, settings, loss_units=target_tokens)
     return result["model"].eval(), tokenizer, result
 
 

@@ -27,6 +27,7 @@ from reasonrl.training.loop import (
     CheckpointStore,
     LoopSettings,
     LossFn,
+    LossUnits,
     StepHook,
     TrainingLoop,
     close_process_group,
@@ -107,9 +108,14 @@ class TrainingRun:
         loss_fn: LossFn,
         settings: LoopSettings,
         on_step: StepHook | None = None,
+        loss_units: LossUnits | None = None,
     ) -> dict:
-        """The shared loop: `batches(i)` is micro-batch i, `loss_fn(model, batch)` its loss."""
-        return train(model, batches, loss_fn, settings, self.checkpoints, on_step, self.tracker())
+        """The shared loop: `batches(i)` is micro-batch i, `loss_fn(model, batch)` its loss,
+        `loss_units(batch)` what that loss is a mean over (see training.loop.LossUnits)."""
+        tracker = self.tracker()
+        return train(
+            model, batches, loss_fn, settings, self.checkpoints, on_step, tracker, loss_units
+        )
 
     def start(
         self,
@@ -117,10 +123,14 @@ class TrainingRun:
         loss_fn: LossFn,
         settings: LoopSettings,
         on_step: StepHook | None = None,
+        loss_units: LossUnits | None = None,
     ) -> TrainingLoop:
         """The shared loop, set up and resumed, for a stage that makes its data between
         updates: it calls `run(batches, steps)` per update, then `finish()` for fit's result."""
-        return TrainingLoop(model, loss_fn, settings, self.checkpoints, on_step, self.tracker())
+        tracker = self.tracker()
+        return TrainingLoop(
+            model, loss_fn, settings, self.checkpoints, on_step, tracker, loss_units
+        )
 
     def tracker(self) -> Tracker | None:
         """The invocation's tracker (REASONRL_TRACKING), logging under RUN_NAME/JOB where JOB

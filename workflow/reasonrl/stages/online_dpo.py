@@ -96,7 +96,7 @@ def online_dpo(
         try:
             with GeneratorProcess(spec) as generator:
                 learner = Learner(generator, store, schedule, section, tokenizer, reference)
-                loop = run.start(model, objective, settings, learner.on_step)
+                loop = run.start(model, objective, settings, learner.on_step, objective.units)
                 learn(loop, learner, schedule)
                 result = loop.finish()
         finally:

@@ -323,8 +323,9 @@ def preference_train(
     model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
     family = LOSSES[variant["loss"]][0]
     batch_size = section["batch_size"]
+    loss_units = None  # DPO and KTO micro-batches hold the same number of pairs or rows
     if family == "sft":
-        batches, loss_fn = _raft_batches(tokenizer, rows, section, seed)
+        batches, loss_fn, loss_units = _raft_batches(tokenizer, rows, section, seed)
     else:
         seqs = _sequences(tokenizer, variant, rows, section["max_length"])
         reference = _read_reference(reference_path, rows, family == "dpo")
@@ -339,7 +340,7 @@ def preference_train(
     settings = LoopSettings.from_config(
         {**section, "lr": variant["lr"] or section["lr"], "max_steps": steps}, seed
     )
-    result = run.fit(model, batches, loss_fn, settings)
+    result = run.fit(model, batches, loss_fn, settings, loss_units=loss_units)
     identity = {"variant": variant_name, "loss": variant["loss"], "rows": len(rows)}
     metrics = run.metrics(result, identity, {})
     run.save(result["model"], tokenizer, metrics, state_dict=result["state_dict"])
@@ -349,13 +350,13 @@ def preference_train(
 def _raft_batches(tokenizer, rows: list[dict], section: dict, seed: int):
     from reasonrl.chat import tokenize_chat
     from reasonrl.training.data import MicroBatches
-    from reasonrl.training.lm_loss import masked_lm_loss
+    from reasonrl.training.lm_loss import masked_lm_loss, target_tokens
 
     samples = [tokenize_chat(tokenizer, r["messages"], section["max_length"]) for r in rows]
     batches = MicroBatches(
         samples, min(section["batch_size"], len(samples)), tokenizer.pad_token_id, seed, False, 16
     )
-    return batches, masked_lm_loss
+    return batches, masked_lm_loss, target_tokens
 
 
 def _read_reference(path: str | None, rows: list[dict], paired: bool) -> list:

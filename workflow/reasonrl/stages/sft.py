@@ -8,7 +8,7 @@ from reasonrl.io import read_jsonl
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tasks import prompt_messages, solution_messages
 from reasonrl.training.data import MicroBatches
-from reasonrl.training.lm_loss import masked_lm_loss
+from reasonrl.training.lm_loss import masked_lm_loss, target_tokens
 from reasonrl.training.loop import LoopSettings, steps_for_epochs
 from reasonrl.training.lora import LoraSettings
 from reasonrl.training.packed_attention import use_packed_attention
@@ -50,7 +50,7 @@ def sft(config: dict, style: str, model_path: str, train_files: list[str], out_d
         use_packed_attention(model)
     steps = sft_steps(section, len(batches.items))
     settings = LoopSettings.from_config({**section, "max_steps": steps}, seed)
-    result = run.fit(model, batches, masked_lm_loss, settings)
+    result = run.fit(model, batches, masked_lm_loss, settings, loss_units=target_tokens)
     extra = {
         "tokens_per_second": _tokens_per_second(result["history"]),
         "num_samples": len(samples),

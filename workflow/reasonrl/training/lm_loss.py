@@ -32,3 +32,8 @@ def masked_lm_loss(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, d
         "token_accuracy": float(right.sum() / max(1, targets.numel())),
     }
     return loss, stats
+
+
+def target_tokens(batch: dict) -> float:
+    """What masked_lm_loss is a mean over: the tokens with a label (the loop's LossUnits)."""
+    return float((batch["labels"][:, 1:] != IGNORE).sum())

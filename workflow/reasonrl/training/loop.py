@@ -36,9 +36,10 @@ log = logging.getLogger(__name__)
 Batch = dict[str, torch.Tensor]
 LossFn = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
 StepHook = Callable[[int, torch.nn.Module, list[dict]], dict | None]
-# A micro-batch's key for its share of its optimizer step's loss (the shares of a step's
-# micro-batches add up to 1); without it each has an even share, 1 / grad_accum.
-LOSS_SHARE = "loss_share"
+# What a micro-batch's loss is a mean over (target tokens, pairs, rows), counted: with it a
+# step weighs each micro-batch by its part of the step's count, on every process, so the
+# update is the loss of the step's whole batch; without it each has an even share.
+LossUnits = Callable[[Batch], float]
 T = TypeVar("T")
 
 
@@ -123,16 +124,18 @@ def train(
     checkpoints: CheckpointStore,
     on_step: StepHook | None = None,
     tracker: Tracker | None = None,
+    loss_units: LossUnits | None = None,
 ) -> dict:
     """Run `settings.max_steps` optimizer steps; return {"history", "resumed_from", ...}.
 
     `micro_batch(i)` must return the i-th micro-batch deterministically.
+    `loss_units(batch)`: what the loss of a micro-batch is a mean over (see LossUnits).
     `on_step(step, model, history)` is called once with the starting step (0, or the step
     resumed from) and after every optimizer step, whose history entry it may extend with the
     stats it returns (online trainers send the new weights to their generator there).
     `tracker` receives each step's history entry as it is made, and is closed at the end.
     """
-    loop = TrainingLoop(model, loss_fn, settings, checkpoints, on_step, tracker)
+    loop = TrainingLoop(model, loss_fn, settings, checkpoints, on_step, tracker, loss_units)
     loop.run(micro_batch, settings.max_steps - loop.step)
     return loop.finish()
 
@@ -204,8 +207,10 @@ class TrainingLoop:
         checkpoints: CheckpointStore,
         on_step: StepHook | None = None,
         tracker: Tracker | None = None,
+        loss_units: LossUnits | None = None,
     ):
         self.loss_fn, self.settings, self.checkpoints = loss_fn, settings, checkpoints
+        self.loss_units = loss_units
         self.on_step = on_step
         self.tracker = tracker or NullTracker()
         # Accumulation through accelerate: DDP skips the all-reduce and DeepSpeed the step on
@@ -277,9 +282,13 @@ class TrainingLoop:
         settings, accelerator = self.settings, self.accelerator
         for _ in range(steps):
             t0 = time.perf_counter()
+            batches = step_micro_batches(
+                micro_batch, self.step, settings.grad_accum, accelerator.num_processes,
+                accelerator.process_index, self.loss_units,
+            )  # fmt: skip
             stats = _optimizer_step(
-                self.model, micro_batch, self.loss_fn, settings, self.step, self.optimizer,
-                self.scheduler, accelerator,
+                self.model, batches, self.loss_fn, settings, self.optimizer, self.scheduler,
+                accelerator,
             )  # fmt: skip
             self.step += 1
             stats.update(step=self.step, seconds=time.perf_counter() - t0)
@@ -333,23 +342,48 @@ def micro_batch_index(
     return (step * grad_accum + micro) * num_processes + process_index
 
 
-def _optimizer_step(
-    model, micro_batch, loss_fn, settings, step, optimizer, scheduler, accelerator
-) -> dict:
+def step_micro_batches(
+    micro_batch: Callable[[int], Batch],
+    step: int,
+    grad_accum: int,
+    num_processes: int,
+    process_index: int,
+    loss_units: LossUnits | None = None,
+) -> list[tuple[Batch, float]]:
+    """This process's micro-batches of optimizer step `step`, each with its loss weight
+    against an even share of the step (1.0 without `loss_units`).
+
+    A loss that is a mean over units the micro-batches hold unevenly (target tokens of
+    packed blocks, a ragged last micro-batch) weighs each by its part of the units of the
+    whole step, every process's micro-batches counted (each is a pure function of its
+    index): the accumulated and all-reduced gradient, and the step's logged means, are
+    then those of the step's whole batch in one micro-batch on one process. A step with
+    no units at all has even weights."""
+    local = [
+        micro_batch_index(step, micro, grad_accum, num_processes, process_index)
+        for micro in range(grad_accum)
+    ]
+    if loss_units is None or grad_accum * num_processes == 1:
+        return [(micro_batch(index), 1.0) for index in local]
+    first = step * grad_accum * num_processes
+    batches = {index: micro_batch(index) for index in local}
+    units = {
+        index: float(loss_units(batches[index] if index in batches else micro_batch(index)))
+        for index in range(first, first + grad_accum * num_processes)
+    }
+    total = sum(units.values())
+    even = grad_accum * num_processes
+    return [(batches[i], units[i] / total * even if total else 1.0) for i in local]
+
+
+def _optimizer_step(model, batches, loss_fn, settings, optimizer, scheduler, accelerator) -> dict:
     totals: dict[str, float] = {}
     summed = {"tokens"}  # counts add up over micro-batches; the rest are (weighted) means
-    for micro in range(settings.grad_accum):
-        batch = micro_batch(
-            micro_batch_index(
-                step, micro, settings.grad_accum, accelerator.num_processes,
-                accelerator.process_index,
-            )
-        )  # fmt: skip
+    for batch, weight in batches:
         batch = to_device(batch, accelerator.device)
-        weight = _loss_weight(batch, settings.grad_accum)
         with accelerator.accumulate(model), accelerator.autocast():
             loss, stats = loss_fn(model, batch)
-            # divided by grad_accum there (or in DeepSpeed's engine)
+            # divided by grad_accum there (or in DeepSpeed's engine), and over processes
             accelerator.backward(loss * weight)
         stats = {"loss": loss.item(), **stats}
         for key, value in stats.items():
@@ -364,16 +398,6 @@ def _optimizer_step(
         out = _over_processes(out, accelerator, summed)
     out.update(lr=lr, grad_norm=float(grad_norm))
     return out
-
-
-def _loss_weight(batch: Batch, grad_accum: int) -> float:
-    """A micro-batch's loss weight against an even share of the step (1.0 without LOSS_SHARE).
-    A step whose loss is a mean over pairs or tokens that its micro-batches hold unevenly
-    weighs each by its share of them, so the accumulated gradient and the step's logged means
-    are those of the step's whole batch in one micro-batch."""
-    if LOSS_SHARE not in batch:
-        return 1.0
-    return float(batch.pop(LOSS_SHARE)) * grad_accum
 
 
 def _over_processes(stats: dict[str, float], accelerator: Accelerator, summed: set) -> dict:

@@ -158,9 +158,9 @@ class OnlineObjective:
     (the model a PolicyCritic; one PPO epoch per mini-batch, as in the paper).
 
     A batch is one micro-batch of a step (whole prompts: a prompt's pair or K samples in one);
-    each loss is a mean over its pairs, rows or action tokens, and the learner gives each
-    micro-batch its share of the step's (the loop's LOSS_SHARE). A DPO micro-batch without a
-    pair (every prompt tied) trains nothing.
+    each loss is a mean over its pairs, rows or action tokens (`units`, the loop's
+    LossUnits), which weigh the step's micro-batches. A DPO micro-batch without a pair (every
+    prompt tied) trains nothing.
     """
 
     def __init__(self, loss: str, beta: float, clip: float, k: int):
@@ -170,6 +170,10 @@ class OnlineObjective:
         self.k = k
         self.dpo = PreferenceObjective(LossSettings(name="mdpo", eta=beta))
         self.ppo = online_ppo_settings(beta, clip)
+
+    def units(self, batch: dict) -> float:
+        """What this loss is a mean over in `batch` (loss_normaliser)."""
+        return loss_normaliser(self.loss, batch)
 
     def __call__(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         if batch["input_ids"].shape[0] == 0:
