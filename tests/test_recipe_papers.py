@@ -77,6 +77,7 @@ TABLES = {
         ("sft.lr", 1e-5, "5.3: SFT for 5 epochs at 1e-5"),
         ("sft.epochs", 5, "5.3: SFT for 5 epochs at 1e-5"),
         ("reward_models.train.lr", 1e-5, "5.3: reward model 1 epoch at 1e-5"),
+        ("reward_models.train.epochs", 1, "5.3: reward model 1 epoch at 1e-5"),
         ("reward_models.samples_per_prompt", 5, "5.2: five responses per prompt"),
         ("reward_models.bt_pairs", "farthest", "5.2: the pair of maximum edit distance"),
         ("ppo.policy_lr", 5e-7, "5.3: policy learning rate 5e-7"),

@@ -35,7 +35,7 @@ from reasonrl.rewards.scoring import (
 from reasonrl.rewards.steps import NEGATIVE, POSITIVE, orm_messages
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss, target_tokens
-from reasonrl.training.loop import LoopSettings
+from reasonrl.training.loop import LoopSettings, steps_for_epochs
 from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,15 @@ class Run(Protocol):
         """from_pretrained's keywords for the model the run trains (a quantized base)."""
 
 
-def loop_settings(section: dict, seed: int) -> LoopSettings:
-    train_section = section["train"]
-    return LoopSettings(
-        seed=seed, **{k: train_section[k] for k in LoopSettings.__dataclass_fields__ if k != "seed"}
-    )
+def loop_settings(section: dict, seed: int, rows: int) -> LoopSettings:
+    """The shared loop's settings of a reward model trained on `rows` rows (pairs or
+    solutions): train.max_steps, or the steps of train.epochs passes over them."""
+    train = section["train"]
+    steps = train["max_steps"]
+    if train["epochs"] is not None:
+        steps = steps_for_epochs(train["epochs"], rows, train["batch_size"], train["grad_accum"])
+    names = LoopSettings.__dataclass_fields__.keys() - {"seed", "max_steps"}
+    return LoopSettings(seed=seed, max_steps=steps, **{k: train[k] for k in names})
 
 
 def train_bt(config, model_path, problems, train_rows, held_rows, run: Run):
@@ -98,7 +102,8 @@ def train_bt(config, model_path, problems, train_rows, held_rows, run: Run):
             tokenizer.pad_token_id,
             seed,
         )
-        result = run.fit(model, batches, bradley_terry_loss, loop_settings(section, seed))
+        settings = loop_settings(section, seed, len(train_pairs))
+        result = run.fit(model, batches, bradley_terry_loss, settings)
     else:
         # No prompt gave a pair (e.g. a policy that never solves anything):
         # no preference to learn. The untrained head is still written, and the metrics say
@@ -126,7 +131,7 @@ def _train_label_model(
     batches = MicroBatches(
         samples, section["train"]["batch_size"], tokenizer.pad_token_id, seed, False, 0
     )
-    settings = loop_settings(section, seed)
+    settings = loop_settings(section, seed, len(samples))
     result = run.fit(model, batches, masked_lm_loss, settings, loss_units=target_tokens)
     return result["model"].eval(), tokenizer, result
 
