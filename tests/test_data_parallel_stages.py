@@ -105,8 +105,11 @@ def test_a_preference_round_over_two_processes_is_one_with_twice_the_accumulatio
     tiny_policy, pairs, tmp_path, lora
 ):
     def config(grad_accum: int) -> str:
-        train = {"epochs": 2, "batch_size": 2, "grad_accum": grad_accum, "lr": 1e-2,
-                 "log_every": 1, "lora": {"r": lora, "alpha": 8}}  # fmt: skip
+        # With LoRA, one config for every launcher: a global batch of 4 pairs is 2
+        # micro-batches of 2 on one process, 1 on each of two.
+        batch = {"global_batch_size": 4} if lora else {"grad_accum": grad_accum}
+        train = {"epochs": 2, "batch_size": 2, **batch, "lr": 1e-2, "log_every": 1,
+                 "lora": {"r": lora, "alpha": 8}}  # fmt: skip
         return json.dumps({"preference": {"train": train}})
 
     runs = {}
@@ -163,14 +166,15 @@ def test_sft_over_two_processes_is_one_with_twice_the_accumulation(tmp_path):
     tiny_policy = tmp_path / "policy"
     build_tiny_policy(corpus_texts([str(tmp_path / "train.jsonl")]), settings, 0, tiny_policy)
     runs = {}
-    # "whole": each step's two micro-batches of 2 solutions in one of 4 (not regrouped by
-    # length), whose loss is the token mean over all four: accumulation weighs micro-batches
-    # by their target tokens.
-    for name, launcher, grad_accum in (("one", "one", 2), ("ddp", "ddp", 1),
-                                       ("zero2", "zero2", 1), ("whole", "one", 1)):  # fmt: skip
-        batch_size = 4 if name == "whole" else 2
-        sft = {"max_steps": 4, "batch_size": batch_size, "grad_accum": grad_accum, "lr": 1e-2,
-               "max_length": 1024, "log_every": 1, "group_by_length": False}  # fmt: skip
+    # One config for one process and two: a global batch of 4 makes 2 micro-batches of 2 per
+    # step on one process, 1 on each of two. "whole": each step's 4 solutions in one
+    # micro-batch (not regrouped by length), whose loss is the token mean over all four:
+    # accumulation weighs micro-batches by their target tokens.
+    for name, launcher in (("one", "one"), ("ddp", "ddp"), ("zero2", "zero2"), ("whole", "one")):
+        batch = {"batch_size": 4, "grad_accum": 1} if name == "whole" else {
+            "batch_size": 2, "global_batch_size": 4}  # fmt: skip
+        sft = {"max_steps": 4, **batch, "lr": 1e-2, "max_length": 1024, "log_every": 1,
+               "group_by_length": False}  # fmt: skip
         out = tmp_path / name
         args = ["sft", "--config-json", json.dumps({"sft": sft}), "--style", "tool"]
         args += ["--model", str(tiny_policy), "--train", str(tmp_path / "train.jsonl")]

@@ -79,7 +79,7 @@ def test_mdpo_recipe_runs_three_rounds_with_the_papers_values(snakemake, name):
     for argv in trains:
         section = _config_json(argv)["preference"]
         assert section["train"]["lr"] == MDPO_RECIPES[name]
-        assert section["train"]["batch_size"] * section["train"]["grad_accum"] == 32
+        assert section["train"]["global_batch_size"] == 32
         assert (section["sampling"]["latest"], section["sampling"]["previous"]) == (20, 10)
         assert section["prompts"]["selection_size"] == 1000
         assert section["train"]["warmup_steps"] == 40
@@ -103,7 +103,7 @@ def test_prm_recipe_annotates_with_sixteen_completions_and_trains_at_2e_6(snakem
         rm = section["reward_models"]
         assert rm["tasks"] == ["gsm8k"] and rm["annotation"]["completions"] == 16
         assert rm["train"]["lr"] == 2e-6
-        assert rm["train"]["batch_size"] * rm["train"]["grad_accum"] == 32
+        assert rm["train"]["global_batch_size"] == 32
 
 
 def test_pfppo_recipe_runs_ppo_with_the_papers_learning_rates(snakemake):

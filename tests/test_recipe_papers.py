@@ -31,6 +31,8 @@ MDPO_SHARED = [
     ("sft.warmup_steps", 100, "SFT: 100 warm-up steps"),
     ("sft.packing", True, "SFT: samples packed into 4096-token blocks"),
     ("sft.block_size", 4096, "SFT: samples packed into 4096-token blocks"),
+    ("sft.global_batch_size", 64, "SFT: global batch size 64"),
+    ("preference.train.global_batch_size", 32, "M-DPO: global batch size 32"),
     ("rollout.max_turns", 6, "H = 6 turns"),
     ("rollout.max_turn_tokens", 512, "512 tokens per turn"),
     ("rollout.max_total_tokens", 2048, "2048 tokens per trajectory"),
@@ -105,6 +107,7 @@ TABLES = {
         ("rollout.max_total_tokens", 2048, "at most 2048 tokens"),
         ("reward_models.annotation.completions", 16, "16 completions from every step"),
         ("reward_models.train.lr", 2e-6, "PRM and ORM: learning rate 2e-6"),
+        ("reward_models.train.global_batch_size", 32, "PRM and ORM: global batch size 32"),
         ("reward_models.best_of_n.max_problems", 0, "best-of-N on the whole test sets"),
         (
             "reward_models.tasks",

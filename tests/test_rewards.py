@@ -579,18 +579,22 @@ def test_train_reward_model_writes_model_metrics_and_heldout(
 
 
 @pytest.mark.parametrize("kind", ["bt", "orm", "prm"])
-def test_reward_model_epochs_set_its_steps_from_its_training_rows(
+def test_reward_model_epochs_and_global_batch_set_its_steps_from_its_training_rows(
     tiny_policy, rm_inputs, tmp_path, kind
 ):
     config = rm_config()
-    config["reward_models"]["train"].update(epochs=2, batch_size=3, max_steps=999)
+    # a global batch of 6: 2 micro-batches of 3 per step on this one process
+    config["reward_models"]["train"].update(
+        epochs=2, batch_size=3, global_batch_size=6, max_steps=999
+    )
     data = rm_inputs / ("prm.jsonl" if kind == "prm" else "samples.jsonl")
     out = tmp_path / f"model-{kind}"
     metrics = run_train_reward_model(
         config, kind, str(tiny_policy), str(rm_inputs / "problems.jsonl"), str(data), str(out)
     )
     rows = metrics[{"bt": "train_pairs", "orm": "train_solutions", "prm": "train_rows"}[kind]]
-    assert rows >= 3 and metrics["steps"] == round(2 * rows / 3)
+    assert rows >= 3 and metrics["steps"] == max(1, round(2 * rows / 6))
+    assert metrics["steps"] != round(2 * rows / 3)
 
 
 def test_bt_training_is_the_same_whatever_the_callers_random_state(

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from reasonrl.chat import TokenizedChat
+from reasonrl.errors import ReasonRLError
 from reasonrl.models import load_policy
 from reasonrl.training import packed_attention
 from reasonrl.training.data import IGNORE, MicroBatches, flatten, pack, pad_batch
@@ -25,6 +26,7 @@ from reasonrl.training.loop import (
     micro_batch_index,
     step_micro_batches,
     train,
+    with_accumulation,
 )
 
 
@@ -361,6 +363,20 @@ def test_step_weights_count_every_process_micro_batches():
         batches[1],
         batches[3],
     ]
+
+
+def test_a_global_batch_sets_the_accumulation_for_the_jobs_processes(monkeypatch):
+    section = {"batch_size": 2, "grad_accum": 3, "global_batch_size": None}
+    assert with_accumulation(section, "sft") == section
+    section["global_batch_size"] = 16
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert with_accumulation(section, "sft")["grad_accum"] == 8
+    monkeypatch.setenv("WORLD_SIZE", "4")  # accelerate launch over 4 GPUs
+    assert with_accumulation(section, "sft")["grad_accum"] == 2
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ReasonRLError, match=r"^'preference.train.global_batch_size' \(16\) is "
+                       r"not a multiple of batch_size x processes \(2 x 3\)$"):  # fmt: skip
+        with_accumulation(section, "preference.train")
 
 
 def test_on_step_sees_the_start_and_every_step_and_extends_its_history(tiny, tmp_path):

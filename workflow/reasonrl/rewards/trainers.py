@@ -35,7 +35,7 @@ from reasonrl.rewards.scoring import (
 from reasonrl.rewards.steps import NEGATIVE, POSITIVE, orm_messages
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss, target_tokens
-from reasonrl.training.loop import LoopSettings, steps_for_epochs
+from reasonrl.training.loop import LoopSettings, steps_for_epochs, with_accumulation
 from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Run(Protocol):
 def loop_settings(section: dict, seed: int, rows: int) -> LoopSettings:
     """The shared loop's settings of a reward model trained on `rows` rows (pairs or
     solutions): train.max_steps, or the steps of train.epochs passes over them."""
-    train = section["train"]
+    train = with_accumulation(section["train"], "reward_models.train")
     steps = train["max_steps"]
     if train["epochs"] is not None:
         steps = steps_for_epochs(train["epochs"], rows, train["batch_size"], train["grad_accum"])

@@ -300,7 +300,7 @@ def preference_train(
 ) -> dict:
     """One round of a variant: its loss through the shared loop, from the previous policy."""
     from reasonrl.stages._train import TrainingRun
-    from reasonrl.training.loop import LoopSettings, steps_for_epochs
+    from reasonrl.training.loop import LoopSettings, steps_for_epochs, with_accumulation
     from reasonrl.training.lora import LoraSettings
     from reasonrl.training.preference import (
         LOSSES,
@@ -310,7 +310,8 @@ def preference_train(
     )
 
     variant = variant_settings(config, variant_name)
-    section, seed = config["preference"]["train"], config["seed"]
+    section = with_accumulation(config["preference"]["train"], "preference.train")
+    seed = config["seed"]
     inputs = [model_path, data_dir] + ([reference_path] if reference_path else [])
     sections = {"variant": variant, "train": section}
     lora = LoraSettings.from_config(section["lora"], "preference.train.lora")

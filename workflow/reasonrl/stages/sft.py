@@ -9,7 +9,7 @@ from reasonrl.stages._train import TrainingRun
 from reasonrl.tasks import prompt_messages, solution_messages
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss, target_tokens
-from reasonrl.training.loop import LoopSettings, steps_for_epochs
+from reasonrl.training.loop import LoopSettings, steps_for_epochs, with_accumulation
 from reasonrl.training.lora import LoraSettings
 from reasonrl.training.packed_attention import use_packed_attention
 
@@ -27,7 +27,7 @@ def sft_samples(tokenizer, problems: list[dict], style: str, max_length: int) ->
 
 def sft(config: dict, style: str, model_path: str, train_files: list[str], out_dir: str) -> dict:
     """Train on the gold solutions in `style`; write the HF folder, metrics and manifest."""
-    section, seed = config["sft"], config["seed"]
+    section, seed = with_accumulation(config["sft"], "sft"), config["seed"]
     sections = {"sft": section, "policy": config["policy"]}
     inputs = [model_path, *train_files]
     lora = LoraSettings.from_config(section["lora"], "sft.lora")

@@ -458,6 +458,23 @@ def data_parallel_processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def with_accumulation(section: dict, name: str) -> dict:
+    """`section` (sft, preference.train, reward_models.train: `name`) with the grad_accum
+    this job trains with: its own, or, where global_batch_size is set, the micro-batches per
+    process that make it with this job's data-parallel processes (a recipe's global batch,
+    as the papers give it, holds on 1 GPU or 8)."""
+    wanted = section["global_batch_size"]
+    if wanted is None:
+        return section
+    per_step = section["batch_size"] * data_parallel_processes()
+    if wanted % per_step:
+        raise ReasonRLError(
+            f"'{name}.global_batch_size' ({wanted}) is not a multiple of batch_size x processes"
+            f" ({section['batch_size']} x {data_parallel_processes()})"
+        )
+    return {**section, "grad_accum": wanted // per_step}
+
+
 def steps_for_epochs(epochs: float, rows: int, batch_size: int, grad_accum: int) -> int:
     """Optimizer steps that pass over `rows` `epochs` times: a step takes batch_size rows per
     micro-batch, grad_accum micro-batches per process, on every data-parallel process."""
