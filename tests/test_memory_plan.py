@@ -322,6 +322,28 @@ def test_cli_prints_the_table_and_fails_a_recipe_that_cannot_fit_with_one_line(o
     )
 
 
+@pytest.mark.parametrize(("rule", "gpus", "error"), [
+    ("sft", 8, None),  # 64 = 8 x 8
+    ("preference_train", 8, None),  # 32 = 4 x 8 (Mistral's micro-batches of 4 pairs)
+    ("sft", 3, "'sft.global_batch_size' (64) is not a multiple of batch_size x GPUs of rule "
+               "sft (8 x 3)"),
+    ("preference_train", 16, "'preference.train.global_batch_size' (32) is not a multiple "
+                             "of batch_size x GPUs of rule preference_train (4 x 16)"),
+])  # fmt: skip
+def test_a_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan(tmp_path, rule, gpus, error):
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    resources = {"set-resources": {rule: {"gpu": gpus}}}
+    (profile / "config.yaml").write_text(yaml.safe_dump(resources))
+    recipe = "config/gpu-mdpo-mistral-7b.yaml"
+    cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(profile)]
+    done = subprocess.run([*cli, "--configfile", recipe], cwd=REPO, capture_output=True, text=True)
+    if error is None:
+        assert "global_batch_size" not in done.stderr
+    else:
+        assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {recipe}: {error}\n")
+
+
 def test_dry_run_fails_with_one_line_when_a_rule_cannot_fit(snakemake, one_gpu_profile):
     profile = ("--profile", str(one_gpu_profile))
     snakemake("-n", "-q", *profile)  # the tiny policy fits one GPU
@@ -414,3 +436,16 @@ def test_the_plans_default_lora_targets_are_the_schemas():
     )
     for section in sections:
         assert tuple(section["lora"]["target_modules"]) == mp.LORA_TARGETS
+
+
+def test_dry_run_fails_with_one_line_when_a_jobs_gpus_do_not_divide_its_global_batch(
+    snakemake, tmp_path
+):
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(yaml.safe_dump({"set-resources": {"sft": {"gpu": 3}}}))
+    recipe = ("--configfile", "config/gpu-mdpo-mistral-7b.yaml")
+    result = snakemake("-n", "-q", "--profile", str(profile), *recipe, check=False)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if "reasonrl: error:" in line]
+    assert len(errors) == 1 and "'sft.global_batch_size' (64)" in errors[0], result.stderr

@@ -346,9 +346,11 @@ def plan(args: argparse.Namespace, config: dict) -> None:
         except FileNotFoundError:
             raise ReasonRLError(f"{args.profile}/config.yaml: profile not found") from None
     placements = memory_plan.profile_placements(profile or {})
+    source = " + ".join(args.configfile)
+    memory_plan.check_global_batches(config, placements, source)
     plans = memory_plan.plan_config(config, placements)
     print(markdown(frame(memory_plan.plan_rows(plans))), end="")
-    memory_plan.check_fits(plans, " + ".join(args.configfile))
+    memory_plan.check_fits(plans, source)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -519,6 +519,33 @@ def profile_placements(profile: dict) -> dict[str, Placement]:
     }
 
 
+# Each launched training rule's section, whose global_batch_size its job's GPUs must divide
+# (training.loop.with_accumulation).
+BATCH_SECTIONS = {
+    "sft": ("sft",),
+    "preference_train": ("preference", "train"),
+    "train_reward_model": ("reward_models", "train"),
+}
+
+
+def check_global_batches(config: dict, placements: dict[str, Placement], source: str) -> None:
+    """Raise the one-line error of the first launched rule whose global_batch_size is not a
+    multiple of batch_size x its job's GPUs: its job would stop there, after the jobs
+    before it had run."""
+    for rule, path in BATCH_SECTIONS.items():
+        section = config
+        for part in path:
+            section = section[part]
+        wanted, size = section["global_batch_size"], section["batch_size"]
+        place = placements.get(rule, Placement(0))
+        gpus = max(1, place.gpus) if place.launched else 1
+        if wanted is not None and wanted % (size * gpus):
+            raise ReasonRLError(
+                f"{source}: '{'.'.join(path)}.global_batch_size' ({wanted}) is not a multiple"
+                f" of batch_size x GPUs of rule {rule} ({size} x {gpus})"
+            )
+
+
 def first_misfit(plans: list[RulePlan]) -> RulePlan | None:
     return next((p for p in plans if not p.fits), None)
 

@@ -17,7 +17,12 @@ from reasonrl.config import BUILT_BASES, search_arm, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
 from reasonrl.errors import ReasonRLError, exit_with
-from reasonrl.memory_plan import check_fits, placement, plan_config
+from reasonrl.memory_plan import (
+    check_fits,
+    check_global_batches,
+    placement,
+    plan_config,
+)
 
 
 wildcard_constraints:
