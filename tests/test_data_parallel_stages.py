@@ -233,3 +233,31 @@ def test_prm_accumulation_weighs_solutions_by_their_step_labels(tiny_policy, rm_
         args += ["--data", str(tmp_path / "prm.jsonl"), "--out", str(tmp_path / name)]
         runs[name] = _run(tmp_path / name, "one", *args)
     _same_training(runs["whole"], runs["accumulated"])
+
+
+def test_raft_accumulation_weighs_winners_by_their_tokens(tiny_policy, tmp_path):
+    """RAFT's winners of 1 to 8 sentences: a step accumulated over micro-batches of 2 trains
+    as its 4 winners in one micro-batch do (the loss is a mean over their tokens)."""
+    from reasonrl.stages.preference import preference_train
+
+    def winner(i: int) -> dict:
+        text = " ".join(["x = 12 + 30."] * (1 + i % 8)) + " The answer is 42."
+        messages = [{"role": "user", "content": "What is 12 + 30?"},
+                    {"role": "assistant", "content": text}]  # fmt: skip
+        return {"problem_id": f"p{i}", "task": "arith", "messages": messages, "desirable": True}
+
+    write_jsonl(tmp_path / "labels" / "winners.jsonl", [winner(i) for i in range(16)],
+                schema="preference_unpaired")  # fmt: skip
+    runs = {}
+    for name, batch in (
+        ("whole", {"batch_size": 4}),
+        ("accumulated", {"batch_size": 2, "grad_accum": 2}),
+    ):
+        train = {"epochs": 1, **batch, "lr": 1e-2, "log_every": 1, "max_length": 256}
+        variants = [{"name": "raft", "loss": "raft"}]
+        config = validate_config({"preference": {"train": train, "variants": variants}})
+        runs[name] = preference_train(
+            config, "raft", str(tiny_policy), str(tmp_path / "labels"), None,
+            str(tmp_path / name),
+        )  # fmt: skip
+    _same_training(runs["whole"], runs["accumulated"])
