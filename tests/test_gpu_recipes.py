@@ -76,6 +76,9 @@ def test_mdpo_recipe_runs_three_rounds_with_the_papers_values(snakemake, name):
     result = snakemake("-n", "-p", "--configfile", f"config/{name}")
     trains = _commands(result, "preference-train")
     assert len(trains) == 3
+    (augment,) = _commands(result, "augment-prompts")
+    sources = [augment[i + 1] for i, flag in enumerate(augment) if flag == "--source"]
+    assert sources == [f"{s}=results/data/{s}/train.jsonl" for s in ("metamathqa", "mmiqc")]
     for argv in trains:
         section = _config_json(argv)["preference"]
         assert section["train"]["lr"] == MDPO_RECIPES[name]

@@ -279,3 +279,34 @@ def test_default_config_pool_fills_every_round_after_decontamination(tmp_path):
     per_round = config["preference"]["prompts"]["per_round"]
     assert stats["per_round"] == [per_round] * rounds
     assert stats["selection"] == config["preference"]["prompts"]["selection_size"]
+
+
+def test_a_prompt_source_joins_the_rounds_deduplicated_and_decontaminated(tmp_path):
+    """MetaMathQA-style prompts from `sources` join the task's own: a copy of a test question
+    is dropped, a near-copy of another prompt too, the rest fill the rounds named by source."""
+    from reasonrl.config import validate_config
+    from reasonrl.io import read_jsonl, write_jsonl
+    from reasonrl.stages.preference import augment_prompts
+    from reasonrl.tasks import build_problems
+
+    own, test = build_problems("arith", {"kind": "arith", "train_size": 20, "test_size": 5}, 0)
+    write_jsonl(tmp_path / "train.jsonl", own, schema="problem")
+    write_jsonl(tmp_path / "test.jsonl", test, schema="problem")
+    sourced, _ = build_problems("extra", {"kind": "arith", "train_size": 10, "test_size": 1}, 7)
+    leaked = {**sourced[0], "question": test[0]["question"]}
+    copied = {**sourced[1], "question": own[0]["question"]}
+    write_jsonl(tmp_path / "extra.jsonl", [leaked, copied, *sourced[2:]], schema="problem")
+    prompts = {"rephrase": "none", "backward_fraction": 0.0, "per_round": 0,
+               "selection_size": 2, "sources": ["extra"]}  # fmt: skip
+    config = validate_config({"preference": {"prompts": prompts}})
+    stats = augment_prompts(
+        config, "arith", str(tmp_path / "train.jsonl"), {"arith": str(tmp_path / "test.jsonl")},
+        2, str(tmp_path / "out"), {"extra": str(tmp_path / "extra.jsonl")},
+    )  # fmt: skip
+    assert stats["made"]["source:extra"] == 10 and stats["contaminated"] == {"arith": 1}
+    assert stats["kept"] == 20 + 10 - 2 == sum(stats["per_round"]) + stats["selection"]
+    rows = [r for n in (1, 2) for r in read_jsonl(tmp_path / "out" / f"round{n}.jsonl")]
+    kept = {r["id"] for r in rows if r["meta"]["augmentation"] == "source:extra"}
+    selection = read_jsonl(tmp_path / "out" / "selection.jsonl")
+    kept |= {r["id"] for r in selection if r["meta"]["augmentation"] == "source:extra"}
+    assert kept == {p["id"] for p in sourced[2:]}

@@ -36,6 +36,9 @@ def test_variant_defaults_are_filled_and_names_checked():
         validate_config({"preference": {"variants": [{"name": "a", "beta": 0.1}]}})
     with pytest.raises(ReasonRLError, match="'preference.task' names 'gsm8k'"):
         validate_config({"tasks": {"arith": {"kind": "arith"}}, "preference": {"task": "gsm8k"}})
+    sources = {"prompts": {"sources": ["metamath"]}}
+    with pytest.raises(ReasonRLError, match="'preference.prompts.sources' names 'metamath', wh"):
+        validate_config({"tasks": {"arith": {"kind": "arith"}}, "preference": sources})
 
 
 def test_cached_reference_must_belong_to_the_training_rows(tmp_path):

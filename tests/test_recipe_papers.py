@@ -46,6 +46,9 @@ MDPO_SHARED = [
     ("preference.train.warmup_steps", 40, "M-DPO: 40 warm-up steps"),
     ("preference.train.epochs", 1, "M-DPO: at most 1 epoch"),
     ("preference.prompts.selection_size", 1000, "1K prompts kept for model selection"),
+    ("preference.prompts.sources", ["metamathqa", "mmiqc"], "prompts from MetaMathQA and MMIQC"),
+    ("tasks.metamathqa.kind", "metamathqa", "prompts from MetaMathQA and MMIQC"),
+    ("tasks.mmiqc.kind", "mmiqc", "prompts from MetaMathQA and MMIQC"),
     ("preference.labelling.max_tokens", 2048, "winners and losers over 2048 tokens dropped"),
     ("evaluation.temperature", 0.0, "appendix B: greedy decoding"),
 ]

@@ -417,6 +417,53 @@ def test_mbpp_rows_that_cannot_be_mapped_are_skipped():
     assert mbpp_fields("def g(x):\n    return x", ["assert f(1) == 1"], "untested") is None
 
 
+METAMATHQA_ROWS = [
+    {"query": "What is 3 more than twice 4?", "type": "GSM_Rephrased",
+     "original_question": "Twice 4, plus 3?", "response": "2*4+3=11.\nThe answer is: 11"},
+    {"query": "If twice x plus 3 is 11, what is x?", "type": "GSM_FOBAR",
+     "original_question": "Twice 4, plus 3?", "response": "2x+3=11, so x=4."},  # no answer
+    {"query": "Half of a number is 1/4. The number?", "type": "MATH_SV",
+     "original_question": "?", "response": "It is \\frac{1}{2}.\nThe answer is: \\frac{1}{2}"},
+]  # fmt: skip
+MMIQC_ROWS = [
+    {"instruction": "Compute $2^5$.", "output": "$2^5 = \\boxed{32}$.", "source": "MATH"},
+    {"instruction": "Why is 1 not prime?", "output": "By definition, a prime has 2 divisors.",
+     "source": "stackexchange-math"},
+    {"instruction": "What is 7 squared?", "output": "7*7=49\nThe answer is: 49",
+     "source": "MetaMathQA"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "rows"), [("metamathqa", METAMATHQA_ROWS),
+                                             ("mmiqc", MMIQC_ROWS)])  # fmt: skip
+def test_prompt_sources_are_train_questions_with_the_answer_their_solution_states(
+    tmp_path, kind, rows
+):
+    """MetaMathQA and MMIQC rows are augmented prompts: all train, each with the answer its
+    solution states (a box or "The answer is"); a row that states none is dropped, not given
+    a guess from its last number."""
+    write_jsonl(tmp_path / "rows.jsonl", rows)
+    train, test = build_problems(kind, _settings(kind, tmp_path / "rows.jsonl"), 0)
+    assert test == [] and [p["split"] for p in train] == ["train", "train"]
+    assert [p["id"] for p in train] == [f"{kind}-train-00000", f"{kind}-train-00002"]
+    write_jsonl(tmp_path / "problems.jsonl", train, schema="problem")
+    first, last = train
+    if kind == "metamathqa":
+        assert (first["answer"], last["answer"]) == ("11", "\\frac{1}{2}")
+        assert first["question"] == "What is 3 more than twice 4?"
+        assert first["meta"] == {"type": "GSM_Rephrased", "original_question": "Twice 4, plus 3?"}
+        assert grade(last, "0.5", FakeSandbox())
+    else:
+        assert (first["answer"], last["answer"]) == ("32", "49")
+        assert first["question"] == "Compute $2^5$." and first["meta"] == {"source": "MATH"}
+    settings = _settings(kind, tmp_path / "rows.jsonl", train_size=1)
+    assert len(build_problems(kind, settings, 0)[0]) == 1
+    write_jsonl(tmp_path / "bad.jsonl", [{"query": "q", "instruction": "q"}])
+    field = "response" if kind == "metamathqa" else "output"
+    with pytest.raises(ReasonRLError, match=rf"bad\.jsonl: row 1 has no field '{field}'"):
+        build_problems(kind, _settings(kind, tmp_path / "bad.jsonl"), 0)
+
+
 def test_malformed_jsonl_line_is_named(tmp_path):
     path = tmp_path / "gsm.jsonl"
     path.write_text('{"question": "q", "answer": "#### 1"}\n{not json\n')
@@ -446,7 +493,7 @@ except ReasonRLError as err:
 """
 
 
-@pytest.mark.parametrize("kind", ["gsm8k", "math", "mbpp"])
+@pytest.mark.parametrize("kind", ["gsm8k", "math", "mbpp", "metamathqa", "mmiqc"])
 def test_offline_hub_load_fails_fast_with_one_line(kind, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}  # an empty cache
     start = time.monotonic()

@@ -126,7 +126,8 @@ def augment_prompts(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.preference import augment_prompts as run
 
     eval_sets = dict(_name_value(item, "--eval-set") for item in args.eval_set or [])
-    run(config, args.task, args.train, eval_sets, args.rounds, args.out_dir)
+    sources = dict(_name_value(item, "--source") for item in args.source or [])
+    run(config, args.task, args.train, eval_sets, args.rounds, args.out_dir, sources)
 
 
 def _split(args: argparse.Namespace):
@@ -422,6 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True)
     p.add_argument("--train", required=True, help="the task's train problems JSONL")
     p.add_argument("--eval-set", action="append", help="NAME=PATH of an evaluation set")
+    p.add_argument("--source", action="append", help="NAME=PATH of augmented prompts to add")
     p.add_argument("--rounds", type=int, required=True, help="disjoint prompt sets to make")
     p.add_argument("--out-dir", required=True)
     p = stage("sample-round", sample_round, "N tool-loop trajectories per prompt, mixed policies")

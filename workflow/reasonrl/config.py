@@ -199,6 +199,12 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
             f"{source}: config key 'preference.task' names '{section['task']}', "
             "which is not under 'tasks'"
         )
+    unknown = [name for name in section["prompts"]["sources"] if name not in tasks]
+    if both_given and names and unknown:
+        raise ReasonRLError(
+            f"{source}: config key 'preference.prompts.sources' names '{unknown[0]}', "
+            "which is not under 'tasks'"
+        )
 
 
 def _check_start_policies(given: set[str], filled: dict, source: str) -> None:

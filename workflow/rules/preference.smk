@@ -13,6 +13,7 @@ wildcard_constraints:
 rule augment_prompts:
     input:
         train=prompt_source("preference"),
+        sources=train_files(PREFERENCE["prompts"]["sources"]),
         eval_sets=expand(
             "results/data/{eval_task}/test.jsonl",
             eval_task=config["evaluation"]["tasks"],
@@ -43,10 +44,17 @@ rule augment_prompts:
                 for t, p in zip(config["evaluation"]["tasks"], input.eval_sets)
             ],
         ),
+        sources=lambda wildcards, input: repeated_flag(
+            "--source",
+            [
+                f"{t}={p}"
+                for t, p in zip(PREFERENCE["prompts"]["sources"], input.sources)
+            ],
+        ),
         out_dir=subpath(output.manifest, parent=True),
     shell:
         "reasonrl augment-prompts --config-json {params.config} --task {wildcards.task:q}"
-        " --train {input.train:q} {params.eval_sets} --rounds {params.rounds}"
+        " --train {input.train:q} {params.sources} {params.eval_sets} --rounds {params.rounds}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 

@@ -30,6 +30,9 @@ FOBAR_SUFFIX = (
     " If we know the answer to the above question is {answer}, "
     "what is the value of the unknown variable X?"
 )
+# The augmentation of a prompt from a source of augmented prompts (preference.prompts.sources)
+# is SOURCED + the source task's name.
+SOURCED = "source:"
 MINHASH_PERMUTATIONS = 64
 MINHASH_BANDS = 16
 MERSENNE = (1 << 61) - 1
@@ -396,7 +399,10 @@ def _warn_short_rounds(prompts_of: list[list[dict]], per_round: int) -> None:
 
 
 def _is_original(row: dict) -> bool:
-    return row["meta"]["augmentation"] == "original"
+    """A question as its source gives it: the task's own, or one of a prompt source's (already
+    augmented there, not here)."""
+    how = row["meta"]["augmentation"]
+    return how == "original" or how.startswith(SOURCED)
 
 
 def _deal(order: list[str], groups: dict, rounds: int, per_round: int) -> list[list[dict]]:

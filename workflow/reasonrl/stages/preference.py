@@ -38,15 +38,19 @@ def augment_prompts(
     eval_sets: dict[str, str],
     rounds: int,
     out_dir: str,
+    sources: dict[str, str] | None = None,
 ) -> dict:
-    """Augment `task`'s train questions; write round{r}.jsonl, selection.jsonl, stats."""
+    """Augment `task`'s train questions, add the already augmented questions of `sources`
+    (task name -> train problems JSONL: MetaMathQA, MMIQC); write round{r}.jsonl,
+    selection.jsonl, stats."""
     from reasonrl.preference import augment as aug
 
     section = config["preference"]["prompts"]
+    sources = sources or {}
     provenance = Provenance(
         "augment-prompts",
         {"preference": {"prompts": section}},
-        [train_path, *eval_sets.values()],
+        [train_path, *sources.values(), *eval_sets.values()],
         config["seed"],
     )
     problems = read_jsonl(train_path, schema="problem")
@@ -54,6 +58,8 @@ def augment_prompts(
         problems = problems[: section["source_size"]]
     rephraser = _model_rephraser(config) if section["rephrase"] == "model" else None
     rows = aug.augment(problems, section, config["seed"], rephraser)
+    for name, path in sources.items():
+        rows += [_sourced(problem, name) for problem in read_jsonl(path, schema="problem")]
     made = _count_by(rows, lambda r: r["meta"]["augmentation"])
     kept, dedup = aug.deduplicate(
         [r["question"] for r in rows], section["dedup_ngram"], section["near_duplicate_threshold"]
@@ -91,6 +97,15 @@ def augment_prompts(
     provenance.write(out, {"kept": len(rows)})
     log.info("%s: %d augmented prompts kept; %s", task, len(rows), stats)
     return stats
+
+
+def _sourced(problem: dict, source: str) -> dict:
+    """A prompt from a source of augmented prompts, its augmentation named by the source: a
+    question of its own (its own group when the rounds are split; selectable)."""
+    from reasonrl.preference.augment import SOURCED
+
+    meta = {**problem["meta"], "source": problem["id"], "augmentation": f"{SOURCED}{source}"}
+    return {**problem, "meta": meta}
 
 
 def _count_by(rows: list[dict], key) -> dict[str, int]:

@@ -36,6 +36,8 @@ LOADERS = {
     "math": loaders.load_math,
     "mbpp": loaders.load_mbpp,
     "openmath": loaders.load_openmath,
+    "metamathqa": loaders.load_metamathqa,
+    "mmiqc": loaders.load_mmiqc,
 }
 
 

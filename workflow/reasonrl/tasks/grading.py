@@ -72,6 +72,14 @@ def extract_answer(text: str) -> str | None:
     return expressions[-1].replace(",", "") if expressions else None
 
 
+def stated_answer(text: str) -> str | None:
+    """The answer a solution states: its last \\boxed{}, else "The answer is X"; None
+    where it states none (no guess from the last number, as extract_answer makes)."""
+    if BOXED.search(text) or ANSWER_IS.search(text):
+        return extract_answer(text)
+    return None
+
+
 def _strip_decorations(text: str) -> str:
     text = text.strip()
     for pattern, replacement in DECORATIONS:

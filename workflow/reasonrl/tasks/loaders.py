@@ -20,7 +20,7 @@ from pathlib import Path
 from reasonrl.errors import ReasonRLError
 from reasonrl.hub import hub_unreachable
 from reasonrl.io import iter_jsonl
-from reasonrl.tasks.grading import extract_answer
+from reasonrl.tasks.grading import extract_answer, stated_answer
 from reasonrl.tasks.tool_turns import code_turn, output_turn
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,8 @@ DEFAULT_HUB = {
         ),
     ),
     "mbpp": ("google-research-datasets/mbpp", ("full",)),
+    "metamathqa": ("meta-math/MetaMathQA", (None,)),
+    "mmiqc": ("Vivacem/MMIQC", (None,)),
 }
 CALCULATOR_ANNOTATION = re.compile(r"<<[^>]*>>")
 # OpenMathInstruct-1: a code block and the interpreter's output right after it
@@ -85,7 +87,9 @@ def _hub_error(name: str, hub_id: str, reason: str) -> ReasonRLError:
     )
 
 
-def _hub_splits(name: str, kind: str, hub_id: str | None) -> dict[str, tuple[str, list[dict]]]:
+def _hub_splits(
+    name: str, kind: str, hub_id: str | None, splits: tuple[str, ...] = SPLITS
+) -> dict[str, tuple[str, list[dict]]]:
     """split -> (hub id, rows)."""
     default_id, default_configs = DEFAULT_HUB[kind]
     configs = default_configs if hub_id is None else (None,)
@@ -97,7 +101,7 @@ def _hub_splits(name: str, kind: str, hub_id: str | None) -> dict[str, tuple[str
         import datasets
 
         loaded = [datasets.load_dataset(hub_id, config) for config in configs]
-        return {split: (hub_id, [r for data in loaded for r in data[split]]) for split in SPLITS}
+        return {split: (hub_id, [r for data in loaded for r in data[split]]) for split in splits}
     except Exception as err:  # any hub/network/format failure becomes one actionable line
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise _hub_error(name, hub_id, reason) from None
@@ -136,14 +140,32 @@ def _load(
         sources = _local_splits(settings["path"])
     else:
         sources = _hub_splits(name, settings["kind"], settings["hub_id"])
-    out = {}
-    for split, (source, rows) in sources.items():
-        problems = [to_problem(row, RowRef(name, split, i, source)) for i, row in enumerate(rows)]
-        kept = [p for p in problems if p is not None]
-        if len(kept) < len(problems):
-            log.warning("%s: skipped %d %s rows", name, len(problems) - len(kept), split)
-        out[split] = _cap(kept, settings[f"{split}_size"], seed, name, split)
+    out = {
+        split: _problems(name, split, source, rows, to_problem, settings, seed)
+        for split, (source, rows) in sources.items()
+    }
     return out["train"], out["test"]
+
+
+def _problems(name, split, source, rows, to_problem, settings: dict, seed: int) -> list[dict]:
+    """The problems of one split's source rows (a row may map to none), capped."""
+    problems = [to_problem(row, RowRef(name, split, i, source)) for i, row in enumerate(rows)]
+    kept = [p for p in problems if p is not None]
+    if len(kept) < len(problems):
+        log.warning("%s: skipped %d %s rows", name, len(problems) - len(kept), split)
+    return _cap(kept, settings[f"{split}_size"], seed, name, split)
+
+
+def _load_prompt_source(
+    name: str, settings: dict, seed: int, to_problem: Callable[[dict, RowRef], dict | None]
+) -> tuple[list[dict], list[dict]]:
+    """A source of augmented prompts (MetaMathQA, MMIQC): one file or the hub's train split,
+    all of it train (nothing is evaluated on it)."""
+    if settings["path"]:
+        source, rows = settings["path"], _read_local(Path(settings["path"]))
+    else:
+        source, rows = _hub_splits(name, settings["kind"], settings["hub_id"], ("train",))["train"]
+    return _problems(name, "train", source, rows, to_problem, settings, seed), []
 
 
 def _row(ref: RowRef, question: str, answer: str, row_id: str | None = None) -> dict:
@@ -211,6 +233,34 @@ def openmath_problem(row: dict, ref: RowRef) -> dict | None:
     return problem
 
 
+def metamathqa_problem(row: dict, ref: RowRef) -> dict | None:
+    """MetaMathQA (Yu et al. 2023): a GSM8K or MATH question rephrased, turned backward (FOBAR,
+    self-verification) or kept (AnsAug), with a solution that ends "The answer is: X"; a row
+    that states no answer is dropped."""
+    solution = ref.field(row, "response")
+    answer = stated_answer(solution)
+    if answer is None:
+        return None
+    problem = _row(ref, ref.field(row, "query"), answer)
+    problem["solutions"] = {"cot": [{"role": "assistant", "content": solution}]}
+    problem["meta"] = {key: row[key] for key in ("type", "original_question") if key in row}
+    return problem
+
+
+def mmiqc_problem(row: dict, ref: RowRef) -> dict | None:
+    """MMIQC (Liu & Yao 2024): MATH-style questions (rephrased, composed by iterative question
+    composing, and Stack Exchange's) with a solution; a row whose solution states no answer
+    (a \\boxed{} or "The answer is") is dropped, as most Stack Exchange rows are."""
+    solution = ref.field(row, "output")
+    answer = stated_answer(solution)
+    if answer is None:
+        return None
+    problem = _row(ref, ref.field(row, "instruction"), answer)
+    problem["solutions"] = {"cot": [{"role": "assistant", "content": solution}]}
+    problem["meta"] = {key: row[key] for key in ("source",) if key in row}
+    return problem
+
+
 def _code_solution(prompt: str, body: str) -> dict:
     turns = [{"role": "assistant", "content": f"```python\n{prompt}{body}```"}]
     return {"tool": turns, "cot": turns}
@@ -246,6 +296,14 @@ def load_gsm8k(name: str, settings: dict, seed: int) -> tuple[list[dict], list[d
 
 def load_math(name: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
     return _load(name, settings, seed, math_problem)
+
+
+def load_metamathqa(name: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
+    return _load_prompt_source(name, settings, seed, metamathqa_problem)
+
+
+def load_mmiqc(name: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
+    return _load_prompt_source(name, settings, seed, mmiqc_problem)
 
 
 def load_openmath(name: str, settings: dict, seed: int) -> tuple[list[dict], list[dict]]:
