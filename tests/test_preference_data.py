@@ -293,6 +293,9 @@ def test_a_prompt_source_joins_the_rounds_deduplicated_and_decontaminated(tmp_pa
     write_jsonl(tmp_path / "train.jsonl", own, schema="problem")
     write_jsonl(tmp_path / "test.jsonl", test, schema="problem")
     sourced, _ = build_problems("extra", {"kind": "arith", "train_size": 10, "test_size": 1}, 7)
+    # MetaMathQA-style variants: two made from a train question of the task, two from another
+    for i, original in ((2, own[3]["question"]), (3, own[3]["question"]), (4, "Q?"), (5, "Q?")):
+        sourced[i]["meta"] = {**sourced[i]["meta"], "original_question": original}
     leaked = {**sourced[0], "question": test[0]["question"]}
     copied = {**sourced[1], "question": own[0]["question"]}
     write_jsonl(tmp_path / "extra.jsonl", [leaked, copied, *sourced[2:]], schema="problem")
@@ -310,3 +313,13 @@ def test_a_prompt_source_joins_the_rounds_deduplicated_and_decontaminated(tmp_pa
     selection = read_jsonl(tmp_path / "out" / "selection.jsonl")
     kept |= {r["id"] for r in selection if r["meta"]["augmentation"] == "source:extra"}
     assert kept == {p["id"] for p in sourced[2:]}
+    # variants of one question share its split: a round or the selection set
+    split_of = {r["id"]: r["meta"]["source"] for r in rows + selection}
+    files = {
+        r["id"]: name
+        for name in ("round1", "round2", "selection")
+        for r in read_jsonl(tmp_path / "out" / f"{name}.jsonl")
+    }
+    assert split_of[sourced[2]["id"]] == split_of[sourced[3]["id"]] == own[3]["id"]
+    assert files[sourced[2]["id"]] == files[sourced[3]["id"]] == files[own[3]["id"]]
+    assert files[sourced[4]["id"]] == files[sourced[5]["id"]]

@@ -455,7 +455,7 @@ def test_prompt_sources_are_train_questions_with_the_answer_their_solution_state
         assert grade(last, "0.5", FakeSandbox())
     else:
         assert (first["answer"], last["answer"]) == ("32", "49")
-        assert first["question"] == "Compute $2^5$." and first["meta"] == {"source": "MATH"}
+        assert first["question"] == "Compute $2^5$." and first["meta"] == {"subset": "MATH"}
     settings = _settings(kind, tmp_path / "rows.jsonl", train_size=1)
     assert len(build_problems(kind, settings, 0)[0]) == 1
     write_jsonl(tmp_path / "bad.jsonl", [{"query": "q", "instruction": "q"}])

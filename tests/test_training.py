@@ -340,7 +340,7 @@ def test_accumulation_weighs_micro_batches_by_their_target_tokens(tiny, tmp_path
     parts = [pad_batch(small, 0), pad_batch(large, 0)]
     weighted = _one_step(tiny, tmp_path / "weighted", parts, target_tokens)
     even = _one_step(tiny, tmp_path / "even", parts)
-    for key in ("loss", "grad_norm", "token_accuracy"):
+    for key in ("loss", "grad_norm", "token_accuracy", "target_tokens", "tokens"):
         assert weighted[key] == pytest.approx(whole[key], rel=1e-4), key
     assert even["loss"] != pytest.approx(whole["loss"], rel=1e-3)
     assert even["grad_norm"] != pytest.approx(whole["grad_norm"], rel=1e-3)

@@ -167,7 +167,7 @@ class Learner:
         """Optimizer step `step`'s micro-batches from its mini-batch of the round: the
         reference's log-probs, then per micro-batch of online_dpo.micro_batch_prompts prompts
         (a prompt's K samples in one) the DPO pairs (best vs worst of each prompt) or the
-        RLOO / PPO rows, each with its share of the step's loss. The step's metrics, of its
+        RLOO / PPO rows (the loop weighs each by OnlineObjective.units). The step's metrics, of its
         whole mini-batch, wait in `step_metrics` for on_step (`waited`: the seconds this step
         waited for the round). `evaluate`: TrainingLoop.evaluate, for PPO's critic values."""
         _, part = self.schedule.round_of(step)

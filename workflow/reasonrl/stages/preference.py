@@ -58,8 +58,9 @@ def augment_prompts(
         problems = problems[: section["source_size"]]
     rephraser = _model_rephraser(config) if section["rephrase"] == "model" else None
     rows = aug.augment(problems, section, config["seed"], rephraser)
+    own = {problem["question"]: problem["id"] for problem in problems}
     for name, path in sources.items():
-        rows += [_sourced(problem, name) for problem in read_jsonl(path, schema="problem")]
+        rows += [_sourced(p, name, own) for p in read_jsonl(path, schema="problem")]
     made = _count_by(rows, lambda r: r["meta"]["augmentation"])
     kept, dedup = aug.deduplicate(
         [r["question"] for r in rows], section["dedup_ngram"], section["near_duplicate_threshold"]
@@ -99,12 +100,17 @@ def augment_prompts(
     return stats
 
 
-def _sourced(problem: dict, source: str) -> dict:
-    """A prompt from a source of augmented prompts, its augmentation named by the source: a
-    question of its own (its own group when the rounds are split; selectable)."""
+def _sourced(problem: dict, source: str, own: dict[str, str]) -> dict:
+    """A prompt from a source of augmented prompts, its augmentation named by the source. The
+    rounds are split by the question it was made from (MetaMathQA's original_question), so
+    that variants of one question share a round or the selection set: the task's own
+    question where it is one of its train questions (`own`: question -> id), else the
+    source's; a prompt that names none is a group of its own."""
     from reasonrl.preference.augment import SOURCED
 
-    meta = {**problem["meta"], "source": problem["id"], "augmentation": f"{SOURCED}{source}"}
+    original = problem["meta"].get("original_question")
+    group = own.get(original) or (f"{source}:{original}" if original else problem["id"])
+    meta = {**problem["meta"], "source": group, "augmentation": f"{SOURCED}{source}"}
     return {**problem, "meta": meta}
 
 

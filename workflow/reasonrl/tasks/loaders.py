@@ -257,7 +257,7 @@ def mmiqc_problem(row: dict, ref: RowRef) -> dict | None:
         return None
     problem = _row(ref, ref.field(row, "instruction"), answer)
     problem["solutions"] = {"cot": [{"role": "assistant", "content": solution}]}
-    problem["meta"] = {key: row[key] for key in ("source",) if key in row}
+    problem["meta"] = {"subset": row["source"]} if "source" in row else {}
     return problem
 
 

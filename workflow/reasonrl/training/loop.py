@@ -378,7 +378,8 @@ def step_micro_batches(
 
 def _optimizer_step(model, batches, loss_fn, settings, optimizer, scheduler, accelerator) -> dict:
     totals: dict[str, float] = {}
-    summed = {"tokens"}  # counts add up over micro-batches; the rest are (weighted) means
+    # counts add up over micro-batches; the rest are (weighted) means
+    summed = {"tokens", "target_tokens"}
     for batch, weight in batches:
         batch = to_device(batch, accelerator.device)
         with accelerator.accumulate(model), accelerator.autocast():
