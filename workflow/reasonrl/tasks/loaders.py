@@ -233,17 +233,26 @@ def openmath_problem(row: dict, ref: RowRef) -> dict | None:
     return problem
 
 
+def _stated_problem(row: dict, ref: RowRef, question: str, solution: str) -> dict | None:
+    """A problem of a prompt source's row: its `question` field, with the answer its
+    `solution` field states (a \\boxed{} or "The answer is") and that solution as the CoT
+    gold; None where the solution states no answer."""
+    text = ref.field(row, solution)
+    answer = stated_answer(text)
+    if answer is None:
+        return None
+    problem = _row(ref, ref.field(row, question), answer)
+    problem["solutions"] = {"cot": [{"role": "assistant", "content": text}]}
+    return problem
+
+
 def metamathqa_problem(row: dict, ref: RowRef) -> dict | None:
     """MetaMathQA (Yu et al. 2023): a GSM8K or MATH question rephrased, turned backward (FOBAR,
     self-verification) or kept (AnsAug), with a solution that ends "The answer is: X"; a row
     that states no answer is dropped."""
-    solution = ref.field(row, "response")
-    answer = stated_answer(solution)
-    if answer is None:
-        return None
-    problem = _row(ref, ref.field(row, "query"), answer)
-    problem["solutions"] = {"cot": [{"role": "assistant", "content": solution}]}
-    problem["meta"] = {key: row[key] for key in ("type", "original_question") if key in row}
+    problem = _stated_problem(row, ref, "query", "response")
+    if problem is not None:
+        problem["meta"] = {key: row[key] for key in ("type", "original_question") if key in row}
     return problem
 
 
@@ -251,13 +260,9 @@ def mmiqc_problem(row: dict, ref: RowRef) -> dict | None:
     """MMIQC (Liu & Yao 2024): MATH-style questions (rephrased, composed by iterative question
     composing, and Stack Exchange's) with a solution; a row whose solution states no answer
     (a \\boxed{} or "The answer is") is dropped, as most Stack Exchange rows are."""
-    solution = ref.field(row, "output")
-    answer = stated_answer(solution)
-    if answer is None:
-        return None
-    problem = _row(ref, ref.field(row, "instruction"), answer)
-    problem["solutions"] = {"cot": [{"role": "assistant", "content": solution}]}
-    problem["meta"] = {"subset": row["source"]} if "source" in row else {}
+    problem = _stated_problem(row, ref, "instruction", "output")
+    if problem is not None:
+        problem["meta"] = {"subset": row["source"]} if "source" in row else {}
     return problem
 
 
