@@ -1,4 +1,4 @@
-"""The training rules launched over a job's GPUs (sft, preference_train, train_reward_model):
+"""The training rules launched over a job's GPUs (sft, preference_train, train_reward_model, ppo):
 each CLI verb run over two CPU processes (gloo), data parallel or under the profiles' DeepSpeed
 ZeRO-2/3 configs, trains as one process with twice the gradient accumulation does: the same
 micro-batches per step, so the same losses, learning rates and gradient norms step by step,
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from test_ppo_stage import problems, reward_model
 from test_quantized_training import write_pairs
 from test_rewards import rm_inputs
 
@@ -25,7 +27,7 @@ from reasonrl.models import load_policy
 from reasonrl.stages.preference import reference_logps
 from reasonrl.tasks import build_problems
 
-__all__ = ["rm_inputs"]  # test_rewards' fixture, used here
+__all__ = ["problems", "reward_model", "rm_inputs"]  # other modules' fixtures, used here
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -261,3 +263,58 @@ def test_raft_accumulation_weighs_winners_by_their_tokens(tiny_policy, tmp_path)
             str(tmp_path / name),
         )  # fmt: skip
     _same_training(runs["whole"], runs["accumulated"])
+
+
+def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
+    tiny_policy, reward_model, problems, tmp_path
+):
+    """Each process samples, scores and computes the buffer of its share of the prompts; the
+    gathered buffer is the one process's, so the steps (greedy sampling: no seed to differ)
+    and the compute counts are too. Sampling is near greedy (temperature 1e-3; the schema
+    wants it above 0): a process samples with its own seed, so at T = 1 its rows would not be
+    the one process's."""
+    ppo = {"iterations": 2, "prompts_per_iteration": 4, "responses_per_prompt": 2,
+           "heldout_prompts": 2, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
+           "temperature": 1e-3, "policy_lr": 1e-3, "critic_lr": 1e-3, "max_length": 256,
+           "variants": [{"name": "br", "filter": "br"}]}  # fmt: skip
+    rollout = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
+    config = json.dumps({"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}})
+    runs = {}
+    for launcher in ("one", "ddp", "zero2"):
+        out = tmp_path / launcher
+        args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
+        args += ["--reward-model", str(reward_model), "--problems", str(problems)]
+        runs[launcher] = _run(out, launcher, *args, "--out", str(out))
+    # 4 prompts x 2 responses, best and a random one kept per prompt: 8 rows per iteration
+    # nominally, 4 per step (2 micro-batches of 2 on one process, 1 on each of two)
+    assert runs["one"]["steps_per_iteration"] == 2
+    want = load_policy(tmp_path / "one")[0].state_dict()
+    for launcher in ("ddp", "zero2"):
+        _same_training(runs["one"], runs[launcher])
+        for key in ("compute", "best_iteration", "best_heldout", "final_heldout"):
+            assert runs[launcher][key] == pytest.approx(runs["one"][key]), key
+        got = load_policy(tmp_path / launcher)[0].state_dict()
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
+    assert runs["one"]["compute"]["policy_passes"] == 8  # every kept row, once per epoch
+
+
+def test_ppo_under_zero3_stops_with_one_line(tiny_policy, reward_model, problems, tmp_path):
+    """ZeRO-3 shards the weights each process samples with: the stage refuses it before any
+    sampling (the plan refuses it before submission: test_memory_plan)."""
+    config = json.dumps({"ppo": {"variants": [{"name": "m", "filter": "ppo-m"}]}})
+    args = ["ppo", "--config-json", config, "--variant", "m", "--model", str(tiny_policy)]
+    args += ["--reward-model", str(reward_model), "--problems", str(problems)]
+    args += ["--out", str(tmp_path / "m")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*LAUNCHERS["zero3"], *args], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode != 0
+    # each process's line (a progress bar may precede it: tqdm ends no line)
+    errors = set(re.findall(r"reasonrl: error: .*", done.stderr))
+    assert errors == {
+        "reasonrl: error: ppo cannot run under DeepSpeed ZeRO-3 (it samples with each"
+        " process's whole policy): give rule ppo resource deepspeed: zero2"
+    }, done.stderr[-3000:]
+    assert not (tmp_path / "m").exists()

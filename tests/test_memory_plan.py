@@ -185,22 +185,27 @@ def test_tiny_policy_planned_activations_are_the_tensors_autograd_saves(dtype, c
 
 def _capacity_placements() -> dict[str, mp.Placement]:
     """Every GPU rule on 8 x 80 GB under ZeRO-3, its generator on its own GPU (the papers'
-    nodes): the rules with the launcher (sft, preference_train, train_reward_model) spread
-    over the 8, the others use one of them, as they run today."""
-    return {
+    nodes): the rules with the launcher (mp.LAUNCHED_RULES) spread over the 8, the others
+    use one of them, as they run today. PPO as it runs today too: ZeRO-2 (it samples with
+    each process's whole policy), its vLLM engine on the main process's GPU."""
+    placements = {
         rule: mp.Placement(8, 3, rule.removesuffix("_part") in mp.LAUNCHED_RULES, True)
         for rule in GPU_RULES + PART_RULES
     }
+    placements["ppo"] = mp.Placement(8, 2, True, False)
+    return placements
 
 
 # With gradient checkpointing (every recipe's training sections), Gemma's micro-batch of 2
 # pairs and the async online DPO learner's of 16 prompts (its 128-prompt steps accumulated
-# over 8), the M-DPO, PRM and online DPO recipes fit. Not yet PF-PPO: PPO is not launched
-# over several GPUs (issue 22 item 2), so one GPU would hold its trained policy and critic
-# (6.7B each, fp32 master weights and AdamW states) beside its reference and RM. Strict: the
-# day it fits, its mark goes.
+# over 8), the M-DPO, PRM and online DPO recipes fit. Not yet PF-PPO: its PPO is data
+# parallel over the 8 under ZeRO-2, so each GPU still holds the whole bf16 policy and critic
+# (25 GiB), its reference and RM (27 GiB) and the activations (21 GiB), and the main one
+# the vLLM engine's 85% reservation: 95 GiB against 12. It fits (51 GiB) the day PPO runs
+# under ZeRO-3 with its reference and RM sharded and its generator on a GPU of its own
+# (issue 22 item 2). Strict: the day it fits, its mark goes.
 NOT_FITTING = {
-    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo on one GPU: policy + critic trained, ~249 GiB",
+    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo over 8 GPUs, ZeRO-2, vLLM beside: ~95 GiB",
 }
 
 
@@ -342,6 +347,34 @@ def test_a_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan(tmp_path, rul
         assert (done.returncode, done.stderr) == (0, "")
     else:
         assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {recipe}: {error}\n")
+
+
+@pytest.mark.parametrize(("zero", "error"), [
+    ("zero2", None),
+    ("zero3", "rule ppo cannot run under DeepSpeed ZeRO-3 (it samples with each process's"
+              " whole policy): give it resource deepspeed: zero2"),
+])  # fmt: skip
+def test_ppo_under_zero3_fails_the_plan_with_one_line(tmp_path, zero, error):
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    resources = {"set-resources": {"ppo": {"gpu": 8, "deepspeed": zero}}}
+    (profile / "config.yaml").write_text(yaml.safe_dump(resources))
+    recipe = "config/gpu-pfppo-deepseek-coder-6.7b.yaml"
+    cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(profile)]
+    done = subprocess.run([*cli, "--configfile", recipe], cwd=REPO, capture_output=True, text=True)
+    if error is None:  # planned, launched over 8 (it does not fit them: NOT_FITTING)
+        assert "\n| ppo | 8 | yes | 2 |" in done.stdout, done.stdout
+    else:
+        assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {recipe}: {error}\n")
+
+
+def test_a_ppo_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan():
+    config = load_workflow_config([str(REPO / "config/gpu-pfppo-deepseek-coder-6.7b.yaml")])
+    config["ppo"]["global_batch_size"] = 24  # ppo.batch_size 8
+    mp.check_global_batches(config, {"ppo": mp.Placement(3, 2, True)}, "F")
+    error = r"^F: 'ppo.global_batch_size' \(24\) is not a multiple of batch_size x GPUs of rule"
+    with pytest.raises(ReasonRLError, match=error + r" ppo \(8 x 2\)$"):
+        mp.check_global_batches(config, {"ppo": mp.Placement(2, 2, True)}, "F")
 
 
 def test_dry_run_fails_with_one_line_when_a_rule_cannot_fit(snakemake, one_gpu_profile):

@@ -19,6 +19,13 @@ from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.models import load_policy, load_tokenizer
+from reasonrl.ppo_run import (
+    BufferBatches,
+    Variant,
+    concat_padded,
+    contiguous_share,
+    steps_per_iteration,
+)
 from reasonrl.rewards.models import INFO_FILE
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutLimits, run_rollouts
@@ -27,7 +34,8 @@ from reasonrl.stages.ppo import ppo as run_ppo
 from reasonrl.stages.ppo import ppo_r2 as strategy_r2
 from reasonrl.stages.ppo import ppo_table as write_ppo_table
 from reasonrl.tasks import build_problems, prompt_messages
-from reasonrl.training.loop import CheckpointStore, LoopSettings, train
+from reasonrl.training.filtration import FilterSpec
+from reasonrl.training.loop import CheckpointStore, LoopSettings, step_micro_batches, train
 from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
 ROLLOUT = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
@@ -385,3 +393,53 @@ def test_ppo_gradient_checkpointing_recomputes_policy_and_critic_with_the_same_l
         assert model.critic_trunk.is_activation_checkpointing is on
     losses = [h["loss"] for h in runs[False]["history"]]
     assert [h["loss"] for h in runs[True]["history"]] == pytest.approx(losses, rel=1e-4)
+
+
+def test_contiguous_shares_cover_the_items_in_order():
+    shares = [contiguous_share(7, 3, i) for i in range(3)]
+    assert [list(r) for r in shares] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert [len(contiguous_share(1, 2, i)) for i in range(2)] == [1, 0]
+
+
+def test_buffer_parts_are_padded_to_the_widest_and_kept_in_order():
+    parts = [
+        {"input_ids": torch.tensor([[5, 6]]), "ref_kl": torch.tensor([1.0])},
+        {"input_ids": torch.tensor([[7, 8, 9], [1, 2, 3]]), "ref_kl": torch.tensor([2.0, 3.0])},
+    ]
+    buffer = concat_padded(parts, {"input_ids": 0})
+    assert buffer["input_ids"].tolist() == [[5, 6, 0], [7, 8, 9], [1, 2, 3]]
+    assert buffer["ref_kl"].tolist() == [1.0, 2.0, 3.0]
+
+
+class _Run:
+    """What BufferBatches reads of a PPORun."""
+
+    def __init__(self, processes: int, grad_accum: int):
+        section = {"batch_size": 2, "grad_accum": grad_accum, "ppo_epochs": 2,
+                   "prompts_per_iteration": 5, "responses_per_prompt": 2}  # fmt: skip
+        self.section, self.seed, self.processes = section, 0, processes
+        self.steps_per_iteration = steps_per_iteration(
+            Variant("m", FilterSpec("ppo-m"), "m"), section, processes
+        )
+
+
+@pytest.mark.parametrize(("processes", "grad_accum"), [(1, 2), (2, 1)])
+def test_an_iterations_steps_pass_over_its_buffer_on_every_process(processes, grad_accum):
+    """10 rows, 4 per step over the processes: 3 steps an epoch (its last micro-batch takes
+    the shuffle's first rows again), 2 epochs; the counts ride on the first step only."""
+    run = _Run(processes, grad_accum)
+    assert run.steps_per_iteration == 6
+    buffer = {"input_ids": torch.arange(10).unsqueeze(1), "action_mask": torch.ones(10, 1)}
+    info = dict.fromkeys(("queries", "responses"), 5.0)
+    batches = BufferBatches(run, 1, buffer, info)
+    steps = [
+        [
+            b for rank in range(processes)
+            for b, _ in step_micro_batches(batches, step, grad_accum, processes, rank)
+        ]
+        for step in range(6, 12)  # the run's steps of iteration 1
+    ]  # fmt: skip
+    for epoch in (steps[:3], steps[3:]):
+        seen = [int(r) for step in epoch for b in step for r in b["input_ids"][:, 0]]
+        assert sorted(set(seen)) == list(range(10)) and len(seen) == 12
+    assert [b["info"]["queries"] for step in steps[:2] for b in step] == [5.0, 5.0, 0.0, 0.0]

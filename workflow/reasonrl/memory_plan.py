@@ -56,7 +56,12 @@ GPU_BYTES = 80 * GIB
 # holds. A launched rule that trains nothing (reference_logps) holds a whole model on each of
 # its GPUs, each scoring its part of the rows. tests/test_memory_plan.py keeps this in step
 # with the rules.
-LAUNCHED_RULES = frozenset({"sft", "preference_train", "train_reward_model", "reference_logps"})
+LAUNCHED_RULES = frozenset(
+    {"sft", "preference_train", "train_reward_model", "reference_logps", "ppo"}
+)
+# Launched rules that use each process's whole model outside the training step (PPO samples
+# with it), so they run under DeepSpeed ZeRO-2 at most.
+WHOLE_MODEL_RULES = frozenset({"ppo"})
 # Rows of one reference forward: sequences.summed_logps and token_logps score in chunks of
 # this many (their batch_size), whatever the rows to score.
 REFERENCE_ROWS = 16
@@ -525,6 +530,7 @@ BATCH_SECTIONS = {
     "sft": ("sft",),
     "preference_train": ("preference", "train"),
     "train_reward_model": ("reward_models", "train"),
+    "ppo": ("ppo",),
 }
 
 
@@ -543,6 +549,18 @@ def check_global_batches(config: dict, placements: dict[str, Placement], source:
             raise ReasonRLError(
                 f"{source}: '{'.'.join(path)}.global_batch_size' ({wanted}) is not a multiple"
                 f" of batch_size x GPUs of rule {rule} ({size} x {gpus})"
+            )
+
+
+def check_zero_stages(placements: dict[str, Placement], source: str) -> None:
+    """Raise the one-line error of the first rule launched over several GPUs under a ZeRO
+    stage it cannot run under (WHOLE_MODEL_RULES: ZeRO-3 shards the weights it uses whole)."""
+    for rule in sorted(WHOLE_MODEL_RULES):
+        place = placements.get(rule, Placement(0))
+        if place.launched and place.gpus > 1 and place.zero >= 3:
+            raise ReasonRLError(
+                f"{source}: rule {rule} cannot run under DeepSpeed ZeRO-3 (it samples with"
+                f" each process's whole policy): give it resource deepspeed: zero2"
             )
 
 

@@ -8,6 +8,14 @@ updates on it: the shared loop walks the buffer for `ppo_epochs` epochs (`Buffer
 loss training.ppo.PPOObjective). Checkpoints fall on iteration boundaries, so a resumed run
 refills the same buffer from the same policy and seeds: exact resume.
 
+Under accelerate launch (one process per GPU, data parallel) each process samples and scores
+its contiguous share of the prompts with its own copy of the policy (or, with a vLLM engine,
+the main process samples them all), and computes the buffer's forward passes for its share of
+the kept rows; the rows, scores and buffer parts are gathered in order, so every process
+filters, normalises and whitens the same whole buffer as one process would, then trains on
+its own micro-batches of it. DeepSpeed ZeRO-3 is not supported: sampling and the buffer's
+forward passes use the process's whole policy (ZeRO-1/2 and DDP keep one).
+
 Compute accounting rides in each step's stats (summed per iteration in metrics.json):
 queries, responses, reward-model passes, policy and critic forward-backward passes.
 """
@@ -24,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate import PartialState
+from accelerate.utils import gather_object
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
@@ -41,6 +51,7 @@ from reasonrl.training.filtration import (
     select,
     selection_probabilities,
 )
+from reasonrl.training.loop import data_parallel_processes
 from reasonrl.training.lora import merged_state_dict
 from reasonrl.training.ppo import (
     PolicyCritic,
@@ -87,32 +98,48 @@ def rows_per_iteration(variant: Variant, section: dict) -> int:
     return prompts * section["draws_per_prompt"]
 
 
-def steps_per_iteration(variant: Variant, section: dict) -> int:
-    return section["ppo_epochs"] * math.ceil(
-        rows_per_iteration(variant, section) / section["batch_size"]
-    )
+def micro_batches_per_step(section: dict, processes: int) -> int:
+    """Micro-batches of one optimizer step over every process."""
+    return section["grad_accum"] * processes
+
+
+def steps_per_iteration(variant: Variant, section: dict, processes: int = 1) -> int:
+    """ppo_epochs passes over the iteration's nominal rows, batch_size x grad_accum x
+    processes rows per optimizer step."""
+    rows_per_step = section["batch_size"] * micro_batches_per_step(section, processes)
+    return section["ppo_epochs"] * math.ceil(rows_per_iteration(variant, section) / rows_per_step)
+
+
+def action_tokens(batch: dict) -> float:
+    """What a PPO micro-batch's losses are means over: its response tokens (the loop's
+    LossUnits, so a step's micro-batches weigh by them on every process)."""
+    return float(batch["action_mask"].sum())
 
 
 class BufferBatches:
     """The micro-batches of one iteration's update: ppo_epochs seeded shuffles of the buffer,
-    `batch_size` rows each. Micro-batch i is the run's i-th (the loop counts over the run);
-    the iteration's first carries its counts and held-out score (`info`) into the history."""
+    `batch_size` rows each. Micro-batch i is the run's i-th (the loop counts over the run and
+    its processes); an epoch is a whole number of optimizer steps, its micro-batches past the
+    buffer's end taking the shuffle's first rows again. The micro-batches of the iteration's
+    first step carry its counts and held-out score (`info`) into the history."""
 
     def __init__(self, run: PPORun, iteration: int, buffer: dict, info: dict[str, float]):
         self.run, self.iteration, self.buffer, self.info = run, iteration, buffer, info
-        self.first = iteration * run.steps_per_iteration
+        self.per_step = micro_batches_per_step(run.section, run.processes)
+        self.first = iteration * run.steps_per_iteration * self.per_step
 
     def __call__(self, index: int) -> dict[str, torch.Tensor]:
-        step = index - self.first
+        micro = index - self.first
         rows = len(self.buffer["input_ids"])
         bs = min(self.run.section["batch_size"], rows)
-        per_epoch = math.ceil(rows / bs)
-        epoch, position = divmod(step, per_epoch)
+        per_epoch = self.per_step * math.ceil(rows / (bs * self.per_step))
+        epoch, position = divmod(micro, per_epoch)
         order = list(range(rows))
         random.Random(self.run.seed * 100_003 + self.iteration * 1_009 + epoch).shuffle(order)
         chosen = order[position * bs :][:bs] or order[:bs]
         batch = {k: v[chosen] for k, v in self.buffer.items()}
-        info = dict.fromkeys(ITERATION_KEYS, 0.0) if step else dict(self.info)
+        first_step = micro < self.per_step
+        info = dict(self.info) if first_step else dict.fromkeys(ITERATION_KEYS, 0.0)
         info.update(iteration=float(self.iteration), policy_passes=float(len(chosen)))
         info["critic_passes"] = float(len(chosen))
         batch["info"] = info
@@ -171,10 +198,38 @@ class PPORun:
         self.heldout = problems[len(problems) - held :]
         self.sandbox = Sandbox.from_config(config["sandbox"])
         self.limits = RolloutLimits.from_config(config["rollout"])
-        self.steps_per_iteration = steps_per_iteration(variant, s)
+        self.processes = data_parallel_processes()
+        self.steps_per_iteration = steps_per_iteration(variant, s, self.processes)
         self.best_path = Path(ckpt) / "best.pt"
 
     # --- sampling ---------------------------------------------------------------------------
+    def scored_rollouts(
+        self, problems: list[dict], samples: int, temperature: float, seed: int
+    ) -> tuple[list[dict], list[float], int]:
+        """(rollouts, their rewards, reward-model passes) of `samples` per problem, in the
+        problems' order. Over several processes each samples and scores its contiguous share
+        of the problems (seeded apart) and all receive the whole; with a vLLM engine, of
+        which the job has one, the main process samples them all."""
+        if self.processes == 1:
+            rows = self._rollouts(problems, samples, temperature, seed)
+            return rows, *self.scorer(rows)
+        state = PartialState()
+        if self.config["generation"]["engine"] == "hf":
+            mine = contiguous_share(len(problems), state.num_processes, state.process_index)
+        else:
+            mine = range(len(problems)) if state.is_main_process else range(0)
+        rows, scores, passes = [], [], 0
+        if mine:
+            part = problems[mine.start : mine.stop]
+            rows = self._rollouts(part, samples, temperature, seed + 7_919 * state.process_index)
+            scores, passes = self.scorer(rows)
+        parts = gather_object([(rows, scores, passes)])
+        return (
+            [r for part in parts for r in part[0]],
+            [x for part in parts for x in part[1]],
+            sum(part[2] for part in parts),
+        )
+
     def _rollouts(self, problems, samples: int, temperature: float, seed: int) -> list[dict]:
         policy = self.model.policy
         engine = self._engine()
@@ -220,30 +275,41 @@ class PPORun:
     def evaluate(self, seed: int) -> dict[str, float]:
         if not self.heldout:
             return {"heldout_pass": 0.0, "heldout_reward": 0.0}
-        rows = self._rollouts(self.heldout, 1, 0.0, seed)
-        scores, _ = self.scorer(rows)
+        rows, scores, _ = self.scored_rollouts(self.heldout, 1, 0.0, seed)
         return {
             "heldout_pass": sum(r["correct"] for r in rows) / len(rows),
             "heldout_reward": sum(scores) / len(scores),
         }
 
     def start_iteration(self, iteration: int, fresh: bool) -> dict[str, float]:
-        if fresh and self.best_path.exists():
+        if fresh and self.best_path.exists() and self._is_main():
             self.best_path.unlink()
         info = self.evaluate(self.seed + 991)
         self.keep_if_best(iteration, info)
         return info
 
     def keep_if_best(self, iteration: int, info: dict) -> None:
+        """Save the policy's trained state as the best if `info` beats the best so far; the
+        main process writes (every process holds the same policy and score), the others wait
+        for it."""
         key = [info["heldout_pass"], info["heldout_reward"]]
-        if self.best_path.exists():
-            best = torch.load(self.best_path, weights_only=True)
-            if key <= best["key"]:
-                return
-        self.best_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.best_path.with_suffix(".tmp")
-        torch.save({"key": key, "iteration": iteration, "state": self._trained_state()}, tmp)
-        os.replace(tmp, self.best_path)
+        self._wait_for_everyone()
+        better = not self.best_path.exists()
+        if not better:
+            better = key > torch.load(self.best_path, weights_only=True)["key"]
+        if better and self._is_main():
+            self.best_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.best_path.with_suffix(".tmp")
+            torch.save({"key": key, "iteration": iteration, "state": self._trained_state()}, tmp)
+            os.replace(tmp, self.best_path)
+        self._wait_for_everyone()
+
+    def _is_main(self) -> bool:
+        return self.processes == 1 or PartialState().is_main_process
+
+    def _wait_for_everyone(self) -> None:
+        if self.processes > 1:
+            PartialState().wait_for_everyone()
 
     def restore_best(self) -> dict:
         """Put the best iteration's weights back into the policy; its record (key, iteration)."""
@@ -272,8 +338,8 @@ class PPORun:
         s = self.section
         problems = self.iteration_prompts(iteration)
         n = 1 if self.variant.filter.name == "ppo-s" else s["responses_per_prompt"]
-        rows = self._rollouts(problems, n, s["temperature"], self.seed + 1 + iteration)
-        scores, rm_passes = self.scorer(rows)
+        seed = self.seed + 1 + iteration
+        rows, scores, rm_passes = self.scored_rollouts(problems, n, s["temperature"], seed)
         groups = [scores[p * n : (p + 1) * n] for p in range(len(problems))]
         rng = random.Random(self.seed * 31 + iteration)
         chosen = select(self.variant.filter, groups, rng)
@@ -294,10 +360,30 @@ class PPORun:
         )
         return self.experience([rows[j]["messages"] for j in picked], normalised[picked])
 
-    @torch.no_grad()
     def experience(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
         """The buffer of kept trajectories: the behaviour policy's log-probs and values, the
-        SFT reference's log-probs, per-token rewards (score minus the KL penalty) and GAE."""
+        SFT reference's log-probs, per-token rewards (score minus the KL penalty), GAE and
+        advantages whitened over the whole buffer. Over several processes each computes
+        the rows of its contiguous share and every process receives the whole buffer."""
+        if self.processes == 1:
+            buffer = self._experience(messages, scores)
+        else:
+            state = PartialState()
+            mine = contiguous_share(len(messages), state.num_processes, state.process_index)
+            part = None
+            if mine:
+                share = slice(mine.start, mine.stop)
+                rows = self._experience(messages[share], scores[share])
+                part = {k: v.cpu() for k, v in rows.items()}
+            pad = {"input_ids": self.tokenizer.pad_token_id}
+            buffer = concat_padded([p for p in gather_object([part]) if p is not None], pad)
+        if self.section["normalise_advantages"]:
+            buffer["advantages"] = normalise(buffer["advantages"], buffer["action_mask"])
+        return buffer
+
+    @torch.no_grad()
+    def _experience(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
+        """experience() of these rows alone, before the advantages are whitened."""
         s = self.section
         chats = [tokenize_chat(self.tokenizer, m, s["max_length"]) for m in messages]
         width = max(len(c.input_ids) for c in chats)
@@ -325,8 +411,6 @@ class PPORun:
         ref_logps = torch.cat(ref_logps)
         rewards = token_rewards(scores, old_logps, ref_logps, action, s["kl_beta"])
         advantages, returns = gae(rewards, old_values * action, action, s["gamma"], s["lam"])
-        if s["normalise_advantages"]:
-            advantages = normalise(advantages, action)
         return {
             "input_ids": ids,
             "attention_mask": attention,
@@ -338,6 +422,30 @@ class PPORun:
             "advantages": advantages,
             "returns": returns,
         }
+
+
+def contiguous_share(count: int, processes: int, index: int) -> range:
+    """Process `index`'s part of `count` items split in order over `processes`: the first
+    count % processes parts have one more (as accelerate's split_between_processes)."""
+    size, extra = divmod(count, processes)
+    start = index * size + min(index, extra)
+    return range(start, start + size + (index < extra))
+
+
+def concat_padded(parts: list[dict[str, torch.Tensor]], pad: dict[str, int]) -> dict:
+    """The rows of buffer `parts` in order, each tensor right-padded along its second
+    dimension to the widest part's (with `pad`'s value for its key, else 0)."""
+    out = {}
+    for key in parts[0]:
+        tensors = [p[key] for p in parts]
+        if tensors[0].dim() > 1:
+            width = max(t.shape[1] for t in tensors)
+            fill = pad.get(key, 0)
+            tensors = [
+                torch.nn.functional.pad(t, (0, width - t.shape[1]), value=fill) for t in tensors
+            ]
+        out[key] = torch.cat(tensors)
+    return out
 
 
 class PPOObjectiveWithInfo(PPOObjective):

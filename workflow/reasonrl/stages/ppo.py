@@ -19,6 +19,7 @@ from reasonrl.ppo_run import (
     PPOObjectiveWithInfo,
     PPORun,
     Variant,
+    action_tokens,
     compute_totals,
     find_variant,
     iteration_summary,
@@ -30,7 +31,7 @@ from reasonrl.rollout import RolloutLimits, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tables import frame, write_table
-from reasonrl.training.loop import LoopSettings
+from reasonrl.training.loop import LoopSettings, with_accumulation
 from reasonrl.training.lora import LoraSettings
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,10 @@ def ppo(
     problems_path: str,
     out_dir: str,
 ) -> dict:
-    """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest."""
-    section, seed = config["ppo"], config["seed"]
+    """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest.
+    Under accelerate launch the processes train data parallel (reasonrl.ppo_run)."""
+    section, seed = with_accumulation(config["ppo"], "ppo"), config["seed"]
+    config = {**config, "ppo": section}
     variant = find_variant(section, variant_name)
     inputs = [model_path, problems_path] + ([reward_model] if reward_model else [])
     sections = {"ppo": section, "policy": config["policy"]}
@@ -69,6 +72,7 @@ def ppo(
     settings = LoopSettings(
         max_steps=section["iterations"] * per,
         lr=section["policy_lr"],
+        grad_accum=section["grad_accum"],
         max_grad_norm=section["max_grad_norm"],
         lr_schedule=section["lr_schedule"],
         optimizer=section["optimizer"],
@@ -77,7 +81,14 @@ def ppo(
         log_every=per,
         seed=seed,
     )
-    loop = run.start(ppo_run.model, PPOObjectiveWithInfo(ppo_run.settings()), settings)
+    objective = PPOObjectiveWithInfo(ppo_run.settings())
+    loop = run.start(ppo_run.model, objective, settings, loss_units=action_tokens)
+    plugin = loop.accelerator.state.deepspeed_plugin
+    if plugin is not None and plugin.zero_stage == 3:
+        raise ReasonRLError(
+            "ppo cannot run under DeepSpeed ZeRO-3 (it samples with each process's whole"
+            " policy): give rule ppo resource deepspeed: zero2"
+        )
     for iteration in range(loop.step // per, section["iterations"]):
         info = ppo_run.start_iteration(iteration, fresh=iteration == 0)  # held-out score, best
         buffer = ppo_run.fill_buffer(iteration, info)  # generate -> score -> filter -> GAE

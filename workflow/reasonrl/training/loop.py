@@ -40,6 +40,10 @@ StepHook = Callable[[int, torch.nn.Module, list[dict]], dict | None]
 # step weighs each micro-batch by its part of the step's count, on every process, so the
 # update is the loss of the step's whole batch; without it each has an even share.
 LossUnits = Callable[[Batch], float]
+# Stats that are counts: they add up over a step's micro-batches and processes (the rest
+# are weighted means). Tokens seen, tokens a loss averaged over, rows passed forward and
+# backward through a model (PPO's compute accounting).
+COUNTED_STATS = frozenset({"tokens", "target_tokens", "policy_passes", "critic_passes"})
 T = TypeVar("T")
 
 
@@ -378,8 +382,7 @@ def step_micro_batches(
 
 def _optimizer_step(model, batches, loss_fn, settings, optimizer, scheduler, accelerator) -> dict:
     totals: dict[str, float] = {}
-    # counts add up over micro-batches; the rest are (weighted) means
-    summed = {"tokens", "target_tokens"}
+    summed = COUNTED_STATS
     for batch, weight in batches:
         batch = to_device(batch, accelerator.device)
         with accelerator.accumulate(model), accelerator.autocast():
