@@ -1,4 +1,5 @@
-"""The training rules launched over a job's GPUs (sft, preference_train, train_reward_model, ppo):
+"""The training rules launched over a job's GPUs (sft, preference_train, train_reward_model, ppo,
+online_dpo):
 each CLI verb run over two CPU processes (gloo), data parallel or under the profiles' DeepSpeed
 ZeRO-2/3 configs, trains as one process with twice the gradient accumulation does: the same
 micro-batches per step, so the same losses, learning rates and gradient norms step by step,
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_online_dpo import online_setup
 from test_ppo_stage import problems, reward_model
 from test_quantized_training import write_pairs
 from test_rewards import rm_inputs
@@ -27,7 +29,8 @@ from reasonrl.models import load_policy
 from reasonrl.stages.preference import reference_logps
 from reasonrl.tasks import build_problems
 
-__all__ = ["problems", "reward_model", "rm_inputs"]  # other modules' fixtures, used here
+# other modules' fixtures, used here
+__all__ = ["online_setup", "problems", "reward_model", "rm_inputs"]
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -299,12 +302,23 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     assert runs["one"]["compute"]["policy_passes"] == 8  # every kept row, once per epoch
 
 
-def test_ppo_under_zero3_stops_with_one_line(tiny_policy, reward_model, problems, tmp_path):
-    """ZeRO-3 shards the weights each process samples with: the stage refuses it before any
-    sampling (the plan refuses it before submission: test_memory_plan)."""
-    config = json.dumps({"ppo": {"variants": [{"name": "m", "filter": "ppo-m"}]}})
-    args = ["ppo", "--config-json", config, "--variant", "m", "--model", str(tiny_policy)]
-    args += ["--reward-model", str(reward_model), "--problems", str(problems)]
+@pytest.mark.parametrize("rule", ["ppo", "online_dpo"])
+def test_a_whole_policy_rule_under_zero3_stops_with_one_line(
+    tiny_policy, reward_model, problems, tmp_path, rule
+):
+    """ZeRO-3 shards the weights PPO's processes sample with and the online learner sends its
+    generator: each stage refuses it before anything is loaded (the plan refuses it before
+    submission: test_memory_plan)."""
+    if rule == "ppo":
+        config = json.dumps({"ppo": {"variants": [{"name": "m", "filter": "ppo-m"}]}})
+        args = ["ppo", "--config-json", config, "--variant", "m", "--model", str(tiny_policy)]
+        args += ["--reward-model", str(reward_model), "--problems", str(problems)]
+        why = "it samples with each process's whole policy"
+    else:
+        config = json.dumps({"online_dpo": {"variants": [{"name": "m"}]}})
+        args = ["online-dpo", "--config-json", config, "--variant", "m"]
+        args += ["--model", str(tiny_policy), "--train", str(problems)]
+        why = "its generator is sent the main process's whole policy"
     args += ["--out", str(tmp_path / "m")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -314,7 +328,37 @@ def test_ppo_under_zero3_stops_with_one_line(tiny_policy, reward_model, problems
     # each process's line (a progress bar may precede it: tqdm ends no line)
     errors = set(re.findall(r"reasonrl: error: .*", done.stderr))
     assert errors == {
-        "reasonrl: error: ppo cannot run under DeepSpeed ZeRO-3 (it samples with each"
-        " process's whole policy): give rule ppo resource deepspeed: zero2"
+        f"reasonrl: error: {rule} cannot run under DeepSpeed ZeRO-3 ({why}): give rule {rule}"
+        " resource deepspeed: zero2"
     }, done.stderr[-3000:]
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("loss", ["dpo", "ppo"])
+def test_the_online_learner_over_two_processes_is_one_with_twice_the_accumulation(
+    online_setup, tmp_path, loss
+):
+    """The main process runs the generator and broadcasts its rounds; each process trains on
+    its share of a step's micro-batches (2 of 1 prompt each: 1 per process, 2 accumulated on
+    one), so the steps, their metrics and the weights are one process's."""
+    config, folder = online_setup
+    variant = {"name": "run", "mode": "async", "off_policy": 2, "loss": loss}
+    online = {**config["online_dpo"], "micro_batch_prompts": 1, "variants": [variant]}
+    settings = json.dumps({**config, "online_dpo": online})
+    runs = {}
+    for launcher in ("one", "ddp"):
+        out = tmp_path / launcher
+        args = ["online-dpo", "--config-json", settings, "--variant", "run"]
+        args += ["--model", str(folder / "policy"), "--train", str(folder / "train.jsonl")]
+        runs[launcher] = _run(out, launcher, *args, "--out", str(out))
+    one, two = runs["one"], runs["ddp"]
+    assert one["steps"] == two["steps"] == 4 and one["prompts"] == two["prompts"]
+    timing = {k for k in one["history"][0] if "second" in k or k == "elapsed"}
+    for mine, theirs in zip(two["history"], one["history"], strict=True):
+        for key in theirs.keys() - timing:
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
+    want = load_policy(tmp_path / "one")[0].state_dict()
+    got = load_policy(tmp_path / "ddp")[0].state_dict()
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
+    assert not list(tmp_path.glob(".*.rounds")), "the rounds folder is left behind"

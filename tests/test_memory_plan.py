@@ -186,12 +186,15 @@ def test_tiny_policy_planned_activations_are_the_tensors_autograd_saves(dtype, c
 def _capacity_placements() -> dict[str, mp.Placement]:
     """Every GPU rule on 8 x 80 GB under ZeRO-3, its generator on its own GPU (the papers'
     nodes): the rules with the launcher (mp.LAUNCHED_RULES) spread over the 8, the others
-    use one of them, as they run today. PPO as it runs today too: ZeRO-2 (it samples with
-    each process's whole policy), its vLLM engine on the main process's GPU."""
+    use one of them, as they run today. Those that use a whole policy beside training
+    (mp.WHOLE_POLICY_RULES) under ZeRO-2, the most they run under; PPO's vLLM engine on the
+    main process's GPU, as it runs today (the online learner's generator has a GPU of its
+    own here: not built yet, it shares the main one)."""
     placements = {
         rule: mp.Placement(8, 3, rule.removesuffix("_part") in mp.LAUNCHED_RULES, True)
         for rule in GPU_RULES + PART_RULES
     }
+    placements["online_dpo"] = mp.Placement(8, 2, True, True)
     placements["ppo"] = mp.Placement(8, 2, True, False)
     return placements
 
@@ -200,10 +203,12 @@ def _capacity_placements() -> dict[str, mp.Placement]:
 # pairs and the async online DPO learner's of 16 prompts (its 128-prompt steps accumulated
 # over 8), the M-DPO, PRM and online DPO recipes fit. Not yet PF-PPO: its PPO is data
 # parallel over the 8 under ZeRO-2, so each GPU still holds the whole bf16 policy and critic
-# (25 GiB), its reference and RM (27 GiB) and the activations (21 GiB), and the main one
-# the vLLM engine's 85% reservation: 95 GiB against 12. It fits (51 GiB) the day PPO runs
-# under ZeRO-3 with its reference and RM sharded and its generator on a GPU of its own
-# (issue 22 item 2). Strict: the day it fits, its mark goes.
+# (25 GiB), its reference and RM (27 GiB) and the activations (21 GiB); beside the vLLM
+# engine's 85% reservation that is 95 GiB against 12 (and the launch refuses vLLM over
+# several GPUs: test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line); with the HF
+# engine's KV cache, more. It fits (51 GiB) the day PPO runs under ZeRO-3 with its
+# reference and RM sharded and its generator on a GPU of its own (issue 22 item 2). Strict:
+# the day it fits, its mark goes.
 NOT_FITTING = {
     "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo over 8 GPUs, ZeRO-2, vLLM beside: ~95 GiB",
 }
@@ -349,21 +354,48 @@ def test_a_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan(tmp_path, rul
         assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {recipe}: {error}\n")
 
 
-@pytest.mark.parametrize(("zero", "error"), [
-    ("zero2", None),
-    ("zero3", "rule ppo cannot run under DeepSpeed ZeRO-3 (it samples with each process's"
-              " whole policy): give it resource deepspeed: zero2"),
+@pytest.mark.parametrize(("zero", "engine", "error"), [
+    ("zero2", "hf", None),
+    ("zero3", "hf", "rule ppo cannot run under DeepSpeed ZeRO-3 (it samples with each"
+                    " process's whole policy): give it resource deepspeed: zero2"),
+    ("zero2", "vllm", "rule ppo over 8 GPUs samples with the hf engine, not"
+                      " generation.engine vllm (one engine per job): give it resource gpu: 1"),
 ])  # fmt: skip
-def test_ppo_under_zero3_fails_the_plan_with_one_line(tmp_path, zero, error):
+def test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line(tmp_path, zero, engine, error):
     profile = tmp_path / "profile"
     profile.mkdir()
     resources = {"set-resources": {"ppo": {"gpu": 8, "deepspeed": zero}}}
     (profile / "config.yaml").write_text(yaml.safe_dump(resources))
+    (tmp_path / "engine.yaml").write_text(yaml.safe_dump({"generation": {"engine": engine}}))
     recipe = "config/gpu-pfppo-deepseek-coder-6.7b.yaml"
     cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(profile)]
-    done = subprocess.run([*cli, "--configfile", recipe], cwd=REPO, capture_output=True, text=True)
+    cli += ["--configfile", recipe, "--configfile", str(tmp_path / "engine.yaml")]
+    done = subprocess.run(cli, cwd=REPO, capture_output=True, text=True)
     if error is None:  # planned, launched over 8 (it does not fit them: NOT_FITTING)
         assert "\n| ppo | 8 | yes | 2 |" in done.stdout, done.stdout
+    else:
+        source = f"{recipe} + {tmp_path / 'engine.yaml'}"
+        assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {source}: {error}\n")
+
+
+@pytest.mark.parametrize(("gpus", "zero", "error"), [
+    (8, "zero2", None),  # the recipe's 128-prompt steps: 8 micro-batches of 16, 1 per GPU
+    (8, "zero3", "rule online_dpo cannot run under DeepSpeed ZeRO-3 (its generator is sent"
+                 " the main process's whole policy): give it resource deepspeed: zero2"),
+    (3, "zero2", "rule online_dpo over 3 GPUs: a step's 8 micro-batches"
+                 " (online_dpo.prompts_per_step / micro_batch_prompts) do not share out over"
+                 " them"),
+])  # fmt: skip
+def test_an_online_learner_launch_it_cannot_run_fails_the_plan(tmp_path, gpus, zero, error):
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    resources = {"set-resources": {"online_dpo": {"gpu": gpus, "deepspeed": zero}}}
+    (profile / "config.yaml").write_text(yaml.safe_dump(resources))
+    recipe = "config/gpu-async-dpo-rho-1b.yaml"
+    cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(profile)]
+    done = subprocess.run([*cli, "--configfile", recipe], cwd=REPO, capture_output=True, text=True)
+    if error is None:
+        assert f"\n| online_dpo | {gpus} | yes | 2 |" in done.stdout, done.stdout
     else:
         assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {recipe}: {error}\n")
 

@@ -363,6 +363,20 @@ def test_micro_batch_prompts_split_a_step_or_stop_with_the_key():
 # ---- schedule ----------------------------------------------------------------------------------
 
 
+def test_a_steps_micro_batches_share_out_over_the_processes(monkeypatch):
+    """Under accelerate launch each process accumulates its share of a step's micro-batches;
+    a share that is not whole stops the job with one line."""
+    from reasonrl.online_dpo.learner import loop_settings
+
+    section = {**validate_config({})["online_dpo"], "prompts_per_step": 8}
+    section["micro_batch_prompts"] = 2
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert loop_settings(section, 0).grad_accum == 2
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ReasonRLError, match=r"a step's 4 micro-batches .* over 3 processes"):
+        loop_settings(section, 0)
+
+
 def test_schedule_versions_and_lag():
     sync = Schedule(steps=6, minibatches_per_round=2, asynchronous=False)
     run = Schedule(steps=6, minibatches_per_round=2, asynchronous=True)

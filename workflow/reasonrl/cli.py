@@ -349,7 +349,7 @@ def plan(args: argparse.Namespace, config: dict) -> None:
     placements = memory_plan.profile_placements(profile or {})
     source = " + ".join(args.configfile)
     memory_plan.check_global_batches(config, placements, source)
-    memory_plan.check_zero_stages(placements, source)
+    memory_plan.check_launches(config, placements, source)
     plans = memory_plan.plan_config(config, placements)
     print(markdown(frame(memory_plan.plan_rows(plans))), end="")
     memory_plan.check_fits(plans, source)

@@ -57,11 +57,15 @@ GPU_BYTES = 80 * GIB
 # its GPUs, each scoring its part of the rows. tests/test_memory_plan.py keeps this in step
 # with the rules.
 LAUNCHED_RULES = frozenset(
-    {"sft", "preference_train", "train_reward_model", "reference_logps", "ppo"}
+    {"sft", "preference_train", "train_reward_model", "reference_logps", "ppo", "online_dpo"}
 )
-# Launched rules that use each process's whole model outside the training step (PPO samples
-# with it), so they run under DeepSpeed ZeRO-2 at most.
-WHOLE_MODEL_RULES = frozenset({"ppo"})
+# Launched rules that use a process's whole policy beside training, so run under DeepSpeed
+# ZeRO-2 at most: PPO samples with each process's (the HF engine: a vLLM engine is one per
+# job, not one per process), the online learner sends the main process's to its generator.
+WHOLE_POLICY_RULES = {
+    "ppo": "it samples with each process's whole policy",
+    "online_dpo": "its generator is sent the main process's whole policy",
+}
 # Rows of one reference forward: sequences.summed_logps and token_logps score in chunks of
 # this many (their batch_size), whatever the rows to score.
 REFERENCE_ROWS = 16
@@ -552,15 +556,33 @@ def check_global_batches(config: dict, placements: dict[str, Placement], source:
             )
 
 
-def check_zero_stages(placements: dict[str, Placement], source: str) -> None:
-    """Raise the one-line error of the first rule launched over several GPUs under a ZeRO
-    stage it cannot run under (WHOLE_MODEL_RULES: ZeRO-3 shards the weights it uses whole)."""
-    for rule in sorted(WHOLE_MODEL_RULES):
+def check_launches(config: dict, placements: dict[str, Placement], source: str) -> None:
+    """Raise the one-line error of the first rule launched over several GPUs in a way it
+    cannot run: ZeRO-3 for WHOLE_POLICY_RULES, a vLLM engine for PPO, an online learner
+    whose step's micro-batches do not share out over the GPUs."""
+    engine = config["generation"]["engine"]
+    for rule, why in sorted(WHOLE_POLICY_RULES.items()):
         place = placements.get(rule, Placement(0))
-        if place.launched and place.gpus > 1 and place.zero >= 3:
+        if not (place.launched and place.gpus > 1):
+            continue
+        if place.zero >= 3:
             raise ReasonRLError(
-                f"{source}: rule {rule} cannot run under DeepSpeed ZeRO-3 (it samples with"
-                f" each process's whole policy): give it resource deepspeed: zero2"
+                f"{source}: rule {rule} cannot run under DeepSpeed ZeRO-3 ({why}):"
+                f" give it resource deepspeed: zero2"
+            )
+        online = config["online_dpo"]
+        prompts = online["micro_batch_prompts"] or online["prompts_per_step"]
+        micro = -(-online["prompts_per_step"] // prompts)
+        if rule == "online_dpo" and micro % place.gpus:
+            raise ReasonRLError(
+                f"{source}: rule online_dpo over {place.gpus} GPUs: a step's {micro}"
+                " micro-batches (online_dpo.prompts_per_step / micro_batch_prompts) do not"
+                " share out over them"
+            )
+        if rule == "ppo" and engine != "hf":
+            raise ReasonRLError(
+                f"{source}: rule {rule} over {place.gpus} GPUs samples with the hf engine, not"
+                f" generation.engine {engine} (one engine per job): give it resource gpu: 1"
             )
 
 

@@ -9,12 +9,13 @@ loss training.ppo.PPOObjective). Checkpoints fall on iteration boundaries, so a 
 refills the same buffer from the same policy and seeds: exact resume.
 
 Under accelerate launch (one process per GPU, data parallel) each process samples and scores
-its contiguous share of the prompts with its own copy of the policy (or, with a vLLM engine,
-the main process samples them all), and computes the buffer's forward passes for its share of
-the kept rows; the rows, scores and buffer parts are gathered in order, so every process
-filters, normalises and whitens the same whole buffer as one process would, then trains on
-its own micro-batches of it. DeepSpeed ZeRO-3 is not supported: sampling and the buffer's
-forward passes use the process's whole policy (ZeRO-1/2 and DDP keep one).
+its contiguous share of the prompts with its own copy of the policy (the HF engine), and
+computes the buffer's forward passes for its share of the kept rows; the rows, scores and
+buffer parts are gathered in order, so every process filters, normalises and whitens the
+same whole buffer as one process would, then trains on its own micro-batches of it. Not
+supported there (check_launch): DeepSpeed ZeRO-3, which shards the whole policy each
+process samples with, and a vLLM engine, which would start its own process group inside the
+job's.
 
 Compute accounting rides in each step's stats (summed per iteration in metrics.json):
 queries, responses, reward-model passes, policy and critic forward-backward passes.
@@ -98,6 +99,23 @@ def rows_per_iteration(variant: Variant, section: dict) -> int:
     return prompts * section["draws_per_prompt"]
 
 
+def check_launch(config: dict) -> None:
+    """Stop with one line, before anything is loaded, where this job's launch cannot run PPO:
+    under DeepSpeed ZeRO-3 (accelerate launch's environment says so), or over several
+    processes with a vLLM engine."""
+    if os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        raise ReasonRLError(
+            "ppo cannot run under DeepSpeed ZeRO-3 (it samples with each process's whole"
+            " policy): give rule ppo resource deepspeed: zero2"
+        )
+    engine = config["generation"]["engine"]
+    if data_parallel_processes() > 1 and engine != "hf":
+        raise ReasonRLError(
+            f"ppo over several GPUs samples with the hf engine, not generation.engine"
+            f" {engine} (one engine per job): give rule ppo resource gpu: 1"
+        )
+
+
 def micro_batches_per_step(section: dict, processes: int) -> int:
     """Micro-batches of one optimizer step over every process."""
     return section["grad_accum"] * processes
@@ -136,7 +154,10 @@ class BufferBatches:
         epoch, position = divmod(micro, per_epoch)
         order = list(range(rows))
         random.Random(self.run.seed * 100_003 + self.iteration * 1_009 + epoch).shuffle(order)
-        chosen = order[position * bs :][:bs] or order[:bs]
+        # past the buffer's end (an epoch's last step over several micro-batches): the
+        # shuffle's next rows, wrapped round
+        start = position * bs if position * bs < rows else (position * bs) % rows
+        chosen = order[start:][:bs]
         batch = {k: v[chosen] for k, v in self.buffer.items()}
         first_step = micro < self.per_step
         info = dict(self.info) if first_step else dict.fromkeys(ITERATION_KEYS, 0.0)
@@ -208,16 +229,12 @@ class PPORun:
     ) -> tuple[list[dict], list[float], int]:
         """(rollouts, their rewards, reward-model passes) of `samples` per problem, in the
         problems' order. Over several processes each samples and scores its contiguous share
-        of the problems (seeded apart) and all receive the whole; with a vLLM engine, of
-        which the job has one, the main process samples them all."""
+        of the problems (seeded apart) and all receive the whole."""
         if self.processes == 1:
             rows = self._rollouts(problems, samples, temperature, seed)
             return rows, *self.scorer(rows)
         state = PartialState()
-        if self.config["generation"]["engine"] == "hf":
-            mine = contiguous_share(len(problems), state.num_processes, state.process_index)
-        else:
-            mine = range(len(problems)) if state.is_main_process else range(0)
+        mine = contiguous_share(len(problems), state.num_processes, state.process_index)
         rows, scores, passes = [], [], 0
         if mine:
             part = problems[mine.start : mine.stop]
@@ -289,20 +306,21 @@ class PPORun:
         return info
 
     def keep_if_best(self, iteration: int, info: dict) -> None:
-        """Save the policy's trained state as the best if `info` beats the best so far; the
-        main process writes (every process holds the same policy and score), the others wait
-        for it."""
+        """Save the policy's trained state as the best if `info` beats the best so far. The
+        main process decides and writes (every process holds the same policy and score); the
+        others wait for it."""
         key = [info["heldout_pass"], info["heldout_reward"]]
         self._wait_for_everyone()
-        better = not self.best_path.exists()
-        if not better:
-            better = key > torch.load(self.best_path, weights_only=True)["key"]
-        if better and self._is_main():
+        if self._is_main() and (not self.best_path.exists() or key > self._best()["key"]):
             self.best_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.best_path.with_suffix(".tmp")
             torch.save({"key": key, "iteration": iteration, "state": self._trained_state()}, tmp)
             os.replace(tmp, self.best_path)
         self._wait_for_everyone()
+
+    def _best(self) -> dict:
+        # on the CPU: saved from the main process's GPU, it would load back there
+        return torch.load(self.best_path, weights_only=True, map_location="cpu")
 
     def _is_main(self) -> bool:
         return self.processes == 1 or PartialState().is_main_process
@@ -312,8 +330,10 @@ class PPORun:
             PartialState().wait_for_everyone()
 
     def restore_best(self) -> dict:
-        """Put the best iteration's weights back into the policy; its record (key, iteration)."""
-        best = torch.load(self.best_path, weights_only=True)
+        """Put the best iteration's weights back into the policy; its record (key, iteration).
+        Every process reads it before any goes on (the main one's save then removes it)."""
+        best = self._best()
+        self._wait_for_everyone()
         loaded = self.model.policy.load_state_dict(best["state"], strict=False)
         if loaded.unexpected_keys:
             raise ReasonRLError(
@@ -464,8 +484,11 @@ def iteration_summary(history: list[dict]) -> list[dict]:
     """Per iteration: the counts summed over its steps, the rest from its first step."""
     out: dict[int, dict] = {}
     for h in history:
-        it = int(h["iteration"])
-        row = out.setdefault(it, {"iteration": it, **{k: h[k] for k in ITERATION_KEYS}})
+        # Equal values weighed over micro-batches and averaged over processes come back
+        # within rounding of themselves (2.9999999999999996 for iteration 3).
+        it = round(h["iteration"])
+        first = {k: round(h[k], 9) for k in ITERATION_KEYS}
+        row = out.setdefault(it, {"iteration": it, **first})
         for key in ("policy_passes", "critic_passes"):
             row[key] = row.get(key, 0.0) + h[key]
     return [out[k] for k in sorted(out)]

@@ -20,7 +20,7 @@ from reasonrl.errors import ReasonRLError, exit_with
 from reasonrl.memory_plan import (
     check_fits,
     check_global_batches,
-    check_zero_stages,
+    check_launches,
     placement,
     plan_config,
 )

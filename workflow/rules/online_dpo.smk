@@ -1,6 +1,7 @@
 # Asynchronous off-policy online DPO (asynchronous RLHF paper): one run per variant from the
 # SFT policy (sync or async, same steps), each evaluated by the evaluate rule as policy
-# online-{name}, then the sync-vs-async table with reward/KL plots against wall-clock.
+# online-{name}, then the sync-vs-async table with reward/KL plots against wall-clock. Over
+# a job's GPUs the learner is data parallel (DDP or ZeRO-2), the generator on the main one.
 
 
 wildcard_constraints:
@@ -27,9 +28,10 @@ rule online_dpo:
     params:
         config=config_json("online_dpo", "generation", "rollout", "sandbox", "policy"),
         style=policy_style(ONLINE["policy"]),
+        launch=launcher,
         reward_model=reward_model_arg,
     shell:
-        "reasonrl online-dpo --config-json {params.config} --variant {wildcards.online}"
+        "{params.launch} online-dpo --config-json {params.config} --variant {wildcards.online}"
         " --model {input.model:q} --train {input.train:q} --style {params.style}"
         " {params.reward_model} --threads {threads} --out {output.model:q} > {log:q} 2>&1"
 

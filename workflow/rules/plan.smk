@@ -2,7 +2,7 @@
 # the profile), every GPU rule of this config must fit its job's GPUs (resources deepspeed and
 # gpu_mem_mb too), else the workflow stops here with one line naming the rule, before any job
 # is submitted; so must a launched rule's global_batch_size divide by its batch_size x GPUs,
-# and a rule that samples with its whole policy (ppo) not ask for ZeRO-3.
+# and a rule that samples with its whole policy (ppo) not ask for ZeRO-3 or vLLM over several.
 # The CLI verb `plan --configfile F --profile P` prints the whole table. Included
 # after every rule, so it sees their resources.
 
@@ -10,7 +10,7 @@ GPU_PLACEMENTS = gpu_placements()
 if GPU_PLACEMENTS:
     try:
         check_global_batches(config, GPU_PLACEMENTS, config_files)
-        check_zero_stages(GPU_PLACEMENTS, config_files)
+        check_launches(config, GPU_PLACEMENTS, config_files)
         check_fits(plan_config(config, GPU_PLACEMENTS), config_files)
     except ReasonRLError as err:
         exit_with(err)

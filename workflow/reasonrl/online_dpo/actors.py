@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import queue
 import signal
 import time
@@ -98,9 +99,20 @@ def _die_with_parent() -> None:
         log.warning("prctl is not available: the generator may outlive a killed learner")
 
 
+# What torchrun / accelerate launch tell a process of a data-parallel job. The generator,
+# started by the main process of such a job, is a one-process program: with these it would
+# take itself for the job's rank 0 and wait for the others to join it.
+LAUNCH_VARIABLES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+)  # fmt: skip
+
+
 def generator_main(spec: GeneratorSpec, weights: queue.Queue, data: queue.Queue, stop) -> None:
     """Process entry point: make rounds first_round.. in order; errors go back as a message."""
     _die_with_parent()
+    for name in LAUNCH_VARIABLES:
+        os.environ.pop(name, None)
     # Ctrl-C reaches the whole process group; the learner decides and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(spec.threads)

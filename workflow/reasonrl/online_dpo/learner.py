@@ -4,6 +4,11 @@
 arrive from the generator and are also written to a rounds folder next to the checkpoints,
 so a resumed run replays the rounds it had (exact resume) and the generator only makes the
 missing ones.
+
+Under accelerate launch (one process per GPU, data parallel) the main process owns the
+generator and the rounds folder: it receives each round and broadcasts it, and sends the
+generator its weights; every process makes the step's micro-batches and trains on its own
+share of them (the loop's micro-batch index), so a step over N processes is the step of one.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from accelerate.utils import broadcast_object_list
 
+from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, write_json
 from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
 from reasonrl.sequences import MaskedSequence, sampled_trajectory, summed_logps, token_logps
-from reasonrl.training.loop import LoopSettings, TrainingLoop
+from reasonrl.training.loop import LoopSettings, TrainingLoop, data_parallel_processes
 from reasonrl.training.online_dpo import (
     add_ppo_targets,
     best_worst,
@@ -50,12 +57,19 @@ def micro_batches_per_step(section: dict) -> int:
 
 def loop_settings(section: dict, seed: int) -> LoopSettings:
     """The training loop's settings of an online run (`section`: online_dpo with the
-    variant's keys): a step per mini-batch, accumulated over its micro-batches."""
+    variant's keys): a step per mini-batch, its micro-batches shared out over the job's
+    data-parallel processes and accumulated on each."""
+    micro, processes = micro_batches_per_step(section), data_parallel_processes()
+    if micro % processes:
+        raise ReasonRLError(
+            f"online_dpo: a step's {micro} micro-batches (prompts_per_step /"
+            f" micro_batch_prompts) do not share out over {processes} processes"
+        )
     return LoopSettings.from_config(
         {
             **section,
             "max_steps": section["steps"],
-            "grad_accum": micro_batches_per_step(section),
+            "grad_accum": micro // processes,
             "weight_decay": 0.0,
         },
         seed,
@@ -124,11 +138,13 @@ def best_worst_pairs(
 
 
 class Learner:
-    """The learner's side of the run: rounds in, mini-batches out, weights back."""
+    """The learner's side of the run: rounds in, mini-batches out, weights back.
+    `generator`: the main process's; None on the other processes of a launched job (their
+    rounds come from the main one)."""
 
     def __init__(
         self,
-        generator: GeneratorProcess,
+        generator: GeneratorProcess | None,
         store: RoundStore,
         schedule: Schedule,
         section: dict,
@@ -145,21 +161,30 @@ class Learner:
         self.clock_offset = 0.0
         self.pushed_once = False
         self.step_metrics: dict = {}  # of the step being trained (micro_batches makes them)
+        self.processes = data_parallel_processes()
 
     # -- data ---------------------------------------------------------------------------------
 
     def receive(self, round_no: int) -> tuple[dict, float]:
         """The round's samples with their rewards and the seconds the learner waited for them:
-        from the rounds folder when a resumed run had it, else from the generator (stored)."""
+        from the rounds folder when a resumed run had it, else from the generator (stored);
+        on the main process, which sends it to the others of a launched job."""
         t0 = time.perf_counter()
-        if (self.store.folder / f"round-{round_no}.json").exists():
-            payload = self.store.load(round_no)
-        else:
-            payload = self.generator.next_round()
-            if payload["round"] != round_no:
-                raise RuntimeError(f"expected round {round_no}, got {payload['round']}")
-            self.store.save(payload)
+        payload = None
+        if self.generator is not None:
+            payload = self._own_round(round_no)
+        if self.processes > 1:
+            payload = broadcast_object_list([payload])[0]
         return payload, time.perf_counter() - t0
+
+    def _own_round(self, round_no: int) -> dict:
+        if (self.store.folder / f"round-{round_no}.json").exists():
+            return self.store.load(round_no)
+        payload = self.generator.next_round()
+        if payload["round"] != round_no:
+            raise RuntimeError(f"expected round {round_no}, got {payload['round']}")
+        self.store.save(payload)
+        return payload
 
     def micro_batches(
         self, payload: dict, step: int, waited: float, evaluate: Evaluate
@@ -281,16 +306,20 @@ class Learner:
             # The start (or the resumed step): the generator begins with these weights.
             self.pushed_once = True
             self.clock_offset = history[-1]["elapsed"] if history else 0.0
-            self.generator.push(step, model)
+            self._push(step, model)
             return None
         if step in self.schedule.needed_versions():
-            self.generator.push(step, model)
+            self._push(step, model)
         now = time.perf_counter()
         return {
             **self.step_metrics,
             "weight_push_seconds": now - t0,
             "elapsed": self.clock_offset + now - self.started,
         }
+
+    def _push(self, step: int, model: torch.nn.Module) -> None:
+        if self.generator is not None:  # the main process's (DDP / ZeRO-2: whole weights)
+            self.generator.push(step, model)
 
 
 def learn(loop: TrainingLoop, learner: Learner, schedule: Schedule) -> None:
@@ -304,7 +333,7 @@ def learn(loop: TrainingLoop, learner: Learner, schedule: Schedule) -> None:
         payload, waited = learner.receive(round_no)
         for step in range(loop.step, (round_no + 1) * n):
             batches = learner.micro_batches(payload, step, waited, loop.evaluate)
-            # One update, accumulated over the step's micro-batches (the loop's grad_accum):
-            # micro-batch index i of the run is the step's i % grad_accum.
+            # One update over the step's micro-batches (the loop's grad_accum on each of its
+            # processes): micro-batch index i of the run is the step's i % len(batches).
             loop.run(lambda index, batches=batches: batches[index % len(batches)], 1)
             waited = 0.0

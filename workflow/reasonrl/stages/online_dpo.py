@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -41,15 +42,23 @@ def online_dpo(
 ) -> dict:
     """Online training from `model_path` (the SFT policy, also the fixed reference), samples
     scored per online_dpo.reward (`reward_model`: the BT-RM folder); writes the HF folder with
-    per-step metrics (JSON + CSV) and the manifest."""
+    per-step metrics (JSON + CSV) and the manifest. Under accelerate launch the learner is
+    data parallel and the main process runs the generator (reasonrl.online_dpo.learner)."""
     from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.stages._train import TrainingRun
+    from reasonrl.training.loop import is_main_process
     from reasonrl.training.lora import LoraSettings
     from reasonrl.training.online_dpo import OnlineObjective
     from reasonrl.training.ppo import PolicyCritic
 
+    if os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        raise ReasonRLError(
+            "online_dpo cannot run under DeepSpeed ZeRO-3 (its generator is sent the main"
+            " process's whole policy): give rule online_dpo resource deepspeed: zero2"
+        )
+    main = is_main_process()
     variant = online_variant(config, variant_name)
     section = {**config["online_dpo"], **variant}
     sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
@@ -69,7 +78,8 @@ def online_dpo(
     per_process = max(1, threads // 2)
     with torch_threads(per_process):
         store = RoundStore(run.out.parent / f".{run.out.name}.rounds", run.fingerprint)
-        store.reset_unless_resuming(run.checkpoints.latest() is not None)
+        if main:  # the rounds folder is the main process's, as the generator is
+            store.reset_unless_resuming(run.checkpoints.latest() is not None)
         spec = GeneratorSpec(
             config={"online_dpo": section, "seed": config["seed"], **sections},
             model_path=model_path,
@@ -85,6 +95,8 @@ def online_dpo(
         reference = run.reference(model, model_path, dtype)
         if section["loss"] == "ppo":
             # The critic's value head on the policy's trunk: the learner holds no third model.
+            # Its fresh weights are seeded: the same whatever ran in this process before.
+            torch.manual_seed(config["seed"])
             model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
         settings = loop_settings(section, config["seed"])
         objective = OnlineObjective(
@@ -94,7 +106,7 @@ def online_dpo(
         # (also when called without the CLI, which does the same).
         previous = signal.signal(signal.SIGTERM, raise_interrupted)
         try:
-            with GeneratorProcess(spec) as generator:
+            with GeneratorProcess(spec) if main else nullcontext() as generator:
                 learner = Learner(generator, store, schedule, section, tokenizer, reference)
                 loop = run.start(model, objective, settings, learner.on_step, objective.units)
                 learn(loop, learner, schedule)
@@ -106,7 +118,7 @@ def online_dpo(
         # Which prompts each step trained on: a sync and an async run of the same config must
         # agree, or their wall-clocks measure different work.
         k = section["samples_per_prompt"]
-        prompts = store.step_prompts(schedule, section["prompts_per_step"], k)
+        prompts = store.step_prompts(schedule, section["prompts_per_step"], k) if main else []
         extra = {**timing_summary(result["history"]), "threads_per_process": per_process}
         metrics = run.metrics(result, identity, {**extra, "prompts": prompts}, timed=False)
         trained = result["model"]
@@ -114,7 +126,8 @@ def online_dpo(
             run.save(trained.policy, tokenizer, metrics)
         else:
             run.save(trained, tokenizer, metrics, state_dict=result["state_dict"])
-        store.clear()
+        if main:
+            store.clear()
         return metrics
 
 

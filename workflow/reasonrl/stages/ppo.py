@@ -20,6 +20,7 @@ from reasonrl.ppo_run import (
     PPORun,
     Variant,
     action_tokens,
+    check_launch,
     compute_totals,
     find_variant,
     iteration_summary,
@@ -47,6 +48,7 @@ def ppo(
 ) -> dict:
     """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest.
     Under accelerate launch the processes train data parallel (reasonrl.ppo_run)."""
+    check_launch(config)
     section, seed = with_accumulation(config["ppo"], "ppo"), config["seed"]
     config = {**config, "ppo": section}
     variant = find_variant(section, variant_name)
@@ -83,12 +85,6 @@ def ppo(
     )
     objective = PPOObjectiveWithInfo(ppo_run.settings())
     loop = run.start(ppo_run.model, objective, settings, loss_units=action_tokens)
-    plugin = loop.accelerator.state.deepspeed_plugin
-    if plugin is not None and plugin.zero_stage == 3:
-        raise ReasonRLError(
-            "ppo cannot run under DeepSpeed ZeRO-3 (it samples with each process's whole"
-            " policy): give rule ppo resource deepspeed: zero2"
-        )
     for iteration in range(loop.step // per, section["iterations"]):
         info = ppo_run.start_iteration(iteration, fresh=iteration == 0)  # held-out score, best
         buffer = ppo_run.fill_buffer(iteration, info)  # generate -> score -> filter -> GAE
