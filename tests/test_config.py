@@ -145,6 +145,28 @@ def test_reward_model_task_policies_must_name_reward_model_tasks():
         validate_config(raw, "my.yaml")
 
 
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        ({"tasks": {"arith": {"kind": "arith"}, "arith3": {"kind": "arith"}},
+          "reward_models": {"tasks": ["arith", "arith3"], "pooled": True,
+                            "task_policies": {"arith3": "sft-cot"}}},
+         "'reward_models.pooled': its tasks' reward models start from different policies "
+         "(sft-cot, sft-tool)"),
+        ({"tasks": {"arith": {"kind": "arith"}, "pycode": {"kind": "pycode"}},
+          "reward_models": {"tasks": ["arith", "pycode"], "pooled": True}},
+         "'reward_models.pooled': reward_models.tasks mixes code and math tasks"),
+        ({"tasks": {"a+b": {"kind": "arith"}}}, "'tasks': 'a+b' does not match"),
+    ],
+)  # fmt: skip
+def test_pooled_reward_models_share_a_policy_and_a_label_kind(raw, error):
+    with pytest.raises(ReasonRLError, match=re.escape(error)):
+        validate_config(raw, "my.yaml")
+    tasks = {"arith": {"kind": "arith"}, "arith3": {"kind": "arith"}}
+    validate_config({"tasks": tasks, "reward_models": {"tasks": ["arith", "arith3"],
+                                                       "pooled": True}}, "my.yaml")  # fmt: skip
+
+
 ARITH3 = {"arith3": {"kind": "arith", "min_ops": 3, "max_ops": 3}}
 PPO = {"task": "arith3", "variants": [{"name": "m", "filter": "ppo-m"}]}
 ONLINE = {"task": "arith3", "reward": "oracle", "variants": [{"name": "async"}]}

@@ -104,9 +104,37 @@ def test_prm_recipe_annotates_with_sixteen_completions_and_trains_at_2e_6(snakem
     assert any(argv[1] == "annotate-prm" for argv in commands)
     for section in sections:
         rm = section["reward_models"]
-        assert rm["tasks"] == ["gsm8k"] and rm["annotation"]["completions"] == 16
+        assert rm["tasks"] == ["gsm8k", "math"] and rm["annotation"]["completions"] == 16
         assert rm["train"]["lr"] == 2e-6
         assert rm["train"]["global_batch_size"] == 32
+
+
+def _option(argv: list[str], name: str) -> list[str]:
+    """The values after `name` up to the next option."""
+    at = argv.index(name) + 1
+    ends = ("--", ">")
+    end = next((i for i in range(at, len(argv)) if argv[i].startswith(ends)), len(argv))
+    return argv[at:end]
+
+
+def test_prm_recipe_trains_one_prm_on_gsm8k_and_math_that_both_rank_with(snakemake):
+    """reward_models.pooled: one reward model of each kind on both tasks' data, as the
+    Math-Shepherd PRM is trained on GSM8K and MATH together; each task's best-of-N uses it."""
+    result = snakemake("-n", "-p", "--configfile", "config/gpu-prm-math-shepherd-mistral-7b.yaml")
+    trained = {_option(a, "--kind")[0]: a for a in _commands(result, "train-reward-model")}
+    assert sorted(trained) == ["bt", "orm", "prm"]
+    for kind, argv in trained.items():
+        assert _option(argv, "--out") == [f"results/rm/gsm8k+math/model-{kind}"]
+        tasks = ("gsm8k", "math")
+        assert _option(argv, "--problems") == [f"results/data/{t}/train.jsonl" for t in tasks]
+        data = "shepherd/prm.jsonl" if kind == "prm" else "samples/samples.jsonl"
+        assert _option(argv, "--data") == [f"results/rm/{t}/{data}" for t in ("gsm8k", "math")]
+    ranked = [a for a in _commands(result, "best-of-n") if "--part" not in a]
+    assert sorted(_option(a, "--problems")[0] for a in ranked) == [
+        "results/data/gsm8k/test.jsonl", "results/data/math/test.jsonl"
+    ]  # fmt: skip
+    for argv in ranked:
+        assert _option(argv, "--prm") == ["results/rm/gsm8k+math/model-prm"]
 
 
 def test_pfppo_recipe_runs_ppo_with_the_papers_learning_rates(snakemake):

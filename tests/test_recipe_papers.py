@@ -112,13 +112,8 @@ TABLES = {
         ("reward_models.train.lr", 2e-6, "PRM and ORM: learning rate 2e-6"),
         ("reward_models.train.global_batch_size", 32, "PRM and ORM: global batch size 32"),
         ("reward_models.best_of_n.max_problems", 0, "best-of-N on the whole test sets"),
-        (
-            "reward_models.tasks",
-            ["gsm8k", "math"],
-            "GSM8K and MATH train prompts",
-            "reward_models.tasks trains one reward model per task, not one on the union of "
-            "both tasks' prompts",
-        ),  # fmt: skip
+        ("reward_models.tasks", ["gsm8k", "math"], "GSM8K and MATH train prompts"),
+        ("reward_models.pooled", True, "one PRM trained on both tasks' data together"),
     ],
 }
 

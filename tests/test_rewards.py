@@ -627,6 +627,42 @@ def test_train_reward_model_names_an_unknown_problem(tiny_policy, rm_inputs, tmp
         )
 
 
+def test_a_reward_model_on_two_tasks_is_one_on_their_union(tiny_policy, rm_inputs, tmp_path):
+    """reward_models.pooled: the problems and PRM rows of two tasks' files train the model
+    one file holding both would; a problem id in both files is a one-line error."""
+    problems = read_jsonl(rm_inputs / "problems.jsonl")
+    rows = read_jsonl(rm_inputs / "prm.jsonl")
+    half = {p["id"] for p in problems[: len(problems) // 2]}
+    parts = {}
+    for name, mine in (("a", lambda i: i in half), ("b", lambda i: i not in half)):
+        write_jsonl(tmp_path / f"{name}.problems.jsonl", [p for p in problems if mine(p["id"])])
+        parts[name] = [r for r in rows if mine(r["problem_id"])]
+        write_jsonl(tmp_path / f"{name}.prm.jsonl", parts[name])
+    write_jsonl(tmp_path / "both.problems.jsonl", read_jsonl(tmp_path / "a.problems.jsonl")
+                + read_jsonl(tmp_path / "b.problems.jsonl"))  # fmt: skip
+    write_jsonl(tmp_path / "both.prm.jsonl", parts["a"] + parts["b"])
+    assert parts["a"] and parts["b"]
+    two = run_train_reward_model(
+        rm_config(), "prm", str(tiny_policy),
+        [str(tmp_path / "a.problems.jsonl"), str(tmp_path / "b.problems.jsonl")],
+        [str(tmp_path / "a.prm.jsonl"), str(tmp_path / "b.prm.jsonl")], str(tmp_path / "two"),
+    )  # fmt: skip
+    one = run_train_reward_model(
+        rm_config(), "prm", str(tiny_policy), str(tmp_path / "both.problems.jsonl"),
+        str(tmp_path / "both.prm.jsonl"), str(tmp_path / "one"),
+    )  # fmt: skip
+    assert two["train_rows"] == one["train_rows"] > 0 and two["heldout"] == one["heldout"]
+    assert [h["loss"] for h in two["history"]] == [h["loss"] for h in one["history"]]
+    weights = [(tmp_path / n / "model.safetensors").read_bytes() for n in ("one", "two")]
+    assert weights[0] == weights[1]
+    both = str(tmp_path / "both.problems.jsonl")
+    with pytest.raises(ReasonRLError, match=r"both.problems.jsonl: problem id '.+' is also in"):
+        run_train_reward_model(
+            rm_config(), "prm", str(tiny_policy), [str(tmp_path / "a.problems.jsonl"), both],
+            [str(tmp_path / "a.prm.jsonl")], str(tmp_path / "dup"),
+        )  # fmt: skip
+
+
 def test_bt_scores_read_the_last_token_of_each_conversation(tiny_policy):
     from transformers import AutoModelForSequenceClassification
 

@@ -518,8 +518,12 @@ def _reward_model_stages(stage) -> None:
     p = stage("train-reward-model", train_reward_model, "train a BT-RM, ORM or PRM")
     p.add_argument("--kind", choices=["bt", "orm", "prm"], required=True)
     p.add_argument("--model", required=True, help="SFT policy folder the RM starts from")
-    p.add_argument("--problems", required=True)
-    p.add_argument("--data", required=True, help="samples (bt, orm) or PRM step rows (prm)")
+    p.add_argument(
+        "--problems", nargs="+", required=True, help="train problems (several: their union)"
+    )
+    p.add_argument(
+        "--data", nargs="+", required=True, help="samples (bt, orm) or PRM step rows (prm)"
+    )
     p.add_argument("--out", required=True)
     p = stage("best-of-n", best_of_n, "best-of-N reranked by reward models, maj@N, pass@1")
     p.add_argument("--policy", required=True)

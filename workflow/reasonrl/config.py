@@ -112,6 +112,9 @@ def _task_lists(section: str, filled: dict) -> dict[str, list[str]]:
 
 # policy.base values a rule of the workflow builds (not a folder or hub id).
 BUILT_BASES = ("tiny", "smollm2")
+# Task kinds whose problems are programs checked by tests (the others are math, graded by
+# their final answer); their PRM data come from mutants, not Math-Shepherd annotation.
+CODE_TASK_KINDS = ("pycode", "humaneval", "mbpp")
 
 
 def _check_model_folders(filled: dict, source: str) -> None:
@@ -305,10 +308,30 @@ def _check_reward_models(raw: dict, filled: dict, source: str, stage: bool) -> N
                 f"{source}: config key 'reward_models.hgs.tasks' names '{name}', "
                 "which is not in reward_models.tasks"
             )
+    if section["pooled"] and not stage:
+        _check_pooled(section, filled["tasks"], source)
     low, high = section["hgs"]["neutral_band"]
     if low > high:
         raise ReasonRLError(
             f"{source}: config key 'reward_models.hgs.neutral_band' is not low, high"
+        )
+
+
+def _check_pooled(section: dict, tasks: dict, source: str) -> None:
+    """One reward model on the union of reward_models.tasks' data starts from one policy and
+    learns one kind of step labels (code PRMs have three classes, math PRMs two)."""
+    names = section["tasks"]
+    starts = sorted({section["task_policies"].get(name, section["policy"]) for name in names})
+    if len(starts) > 1:
+        raise ReasonRLError(
+            f"{source}: config key 'reward_models.pooled': its tasks' reward models start from"
+            f" different policies ({', '.join(starts)}), one model on their union from one"
+        )
+    code = {tasks[name]["kind"] in CODE_TASK_KINDS for name in names}
+    if len(code) > 1:
+        raise ReasonRLError(
+            f"{source}: config key 'reward_models.pooled': reward_models.tasks mixes code and"
+            " math tasks, whose PRM labels differ"
         )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from reasonrl.config import BUILT_BASES, search_arm, sft_policies
+from reasonrl.config import BUILT_BASES, CODE_TASK_KINDS, search_arm, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
 from reasonrl.errors import ReasonRLError, exit_with
@@ -606,35 +606,69 @@ def launcher(wildcards, resources):
 
 # --- reward models, best-of-N and HGS-PRM (workflow/rules/reward_models.smk) -----------------
 
-CODE_TASK_KINDS = ("pycode", "humaneval", "mbpp")
-
 
 def rm_tasks():
     return config["reward_models"]["tasks"]
 
 
-def prm_data(wildcards):
+# With reward_models.pooled every task's reward models are one of each kind, trained on the
+# union of the tasks' data, in results/rm/TASK+TASK/ (a task name holds no "+": the schema).
+POOL_SEPARATOR = "+"
+
+
+def rm_folder(task):
+    """The folder under results/rm/ of `task`'s reward models: its own, or the pooled one."""
+    section = config["reward_models"]
+    if section["pooled"] and task in section["tasks"]:
+        return POOL_SEPARATOR.join(section["tasks"])
+    return task
+
+
+def reward_model(kind):
+    """The {task} wildcard's reward model of `kind` (bt, orm, prm)."""
+    return lambda wildcards: f"results/rm/{rm_folder(wildcards.task)}/model-{kind}"
+
+
+def rm_members(wildcards):
+    """The tasks whose data train the reward models of results/rm/{task}/: the task, or
+    each task of a pooled folder."""
+    return wildcards.task.split(POOL_SEPARATOR)
+
+
+def prm_data(task):
     """Code tasks get PRM data from mutants; math tasks from Math-Shepherd annotation."""
     source = (
-        "mutation"
-        if config["tasks"][wildcards.task]["kind"] in CODE_TASK_KINDS
-        else "shepherd"
+        "mutation" if config["tasks"][task]["kind"] in CODE_TASK_KINDS else "shepherd"
     )
-    return f"results/rm/{wildcards.task}/{source}/prm.jsonl"
+    return f"results/rm/{task}/{source}/prm.jsonl"
 
 
 def rm_training_data(wildcards):
+    """Each member task's PRM rows (kind prm) or samples (bt, orm)."""
     if wildcards.kind == "prm":
-        return prm_data(wildcards)
-    return f"results/rm/{wildcards.task}/samples/samples.jsonl"
+        return [prm_data(task) for task in rm_members(wildcards)]
+    return [
+        f"results/rm/{task}/samples/samples.jsonl" for task in rm_members(wildcards)
+    ]
+
+
+def rm_training_problems(wildcards):
+    """Each member task's reward-model prompts."""
+    return [prompt_path("reward_models", task) for task in rm_members(wildcards)]
 
 
 def rm_policy_model(wildcards):
-    """The SFT policy whose samples and weights a task's reward models start from."""
+    """The SFT policy whose samples and weights a task's reward models start from (a pooled
+    folder's tasks share it: the config check)."""
     section = config["reward_models"]
-    return policy_model_input(
-        section["task_policies"].get(wildcards.task, section["policy"])
-    )
+    task = rm_members(wildcards)[0]
+    return policy_model_input(section["task_policies"].get(task, section["policy"]))
+
+
+def rm_table_prms():
+    """The PRM of every reward_models task, each folder once."""
+    folders = (f"results/rm/{rm_folder(task)}/model-prm" for task in rm_tasks())
+    return list(dict.fromkeys(folders))
 
 
 def reward_model_targets():
@@ -705,7 +739,7 @@ def bt_reward_model(section):
     """The BT-RM of a section's task (PPO, online DPO), unless the verifier alone rewards."""
     if section["reward"] == "oracle":
         return []
-    return f"results/rm/{section['task']}/model-bt"
+    return f"results/rm/{rm_folder(section['task'])}/model-bt"
 
 
 def reward_model_arg(wildcards, input):

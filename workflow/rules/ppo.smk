@@ -12,7 +12,7 @@ rule ppo_r2:
     input:
         gate=calibration_gate(),
         model=policy_model_input(PPO["policy"]),
-        reward_model=f"results/rm/{PPO['task']}/model-bt",
+        reward_model=f"results/rm/{rm_folder(PPO['task'])}/model-bt",
         problems=ppo_prompts,
     output:
         table="results/ppo/r2/r2.json",

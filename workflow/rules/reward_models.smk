@@ -1,5 +1,6 @@
 # Reward models on the SFT policy (reward_models.policy): SFT samples of train prompts ->
-# Bradley-Terry RM and ORM; Math-Shepherd annotation (math) or AST mutants (code) -> PRM;
+# Bradley-Terry RM and ORM; Math-Shepherd annotation (math) or AST mutants (code) -> PRM
+# (per task, or with reward_models.pooled one of each on the union of the tasks' data);
 # then best-of-N reranking and HGS-PRM decoding on the test split, and their tables.
 
 
@@ -143,7 +144,7 @@ rule mutate_code_prm:
 rule train_reward_model:
     input:
         model=rm_policy_model,
-        problems=prompt_source("reward_models"),
+        problems=rm_training_problems,
         data=rm_training_data,
     output:
         directory("results/rm/{task}/model-{kind}"),
@@ -169,9 +170,9 @@ rule best_of_n:
     input:
         policy=rm_policy_model,
         problems="results/data/{task}/test.jsonl",
-        bt="results/rm/{task}/model-bt",
-        orm="results/rm/{task}/model-orm",
-        prm="results/rm/{task}/model-prm",
+        bt=reward_model("bt"),
+        orm=reward_model("orm"),
+        prm=reward_model("prm"),
         parts=split_parts("best_of_n", "results/search/{task}/best-of-n.parts/{part}"),
     output:
         table="results/search/{task}/best-of-n/best_of_n.json",
@@ -213,9 +214,9 @@ use rule best_of_n as best_of_n_part with:
     input:
         policy=rm_policy_model,
         problems="results/data/{task}/test.jsonl",
-        bt="results/rm/{task}/model-bt",
-        orm="results/rm/{task}/model-orm",
-        prm="results/rm/{task}/model-prm",
+        bt=reward_model("bt"),
+        orm=reward_model("orm"),
+        prm=reward_model("prm"),
     output:
         temp(directory("results/search/{task}/best-of-n.parts/{part}")),
     log:
@@ -230,7 +231,7 @@ use rule best_of_n as best_of_n_part with:
 rule hgs_search:
     input:
         policy=rm_policy_model,
-        prm="results/rm/{task}/model-prm",
+        prm=reward_model("prm"),
         problems="results/data/{task}/test.jsonl",
         scores="results/search/{task}/best-of-n/scores.jsonl",
         parts=split_parts("hgs_search", "results/search/{task}/hgs.parts/{part}"),
@@ -274,7 +275,7 @@ rule hgs_search:
 use rule hgs_search as hgs_search_part with:
     input:
         policy=rm_policy_model,
-        prm="results/rm/{task}/model-prm",
+        prm=reward_model("prm"),
         problems="results/data/{task}/test.jsonl",
         scores="results/search/{task}/best-of-n/scores.jsonl",
     output:
@@ -294,7 +295,7 @@ rule reward_tables:
             "results/search/{task}/best-of-n/best_of_n.json", task=rm_tasks()
         ),
         hgs=expand("results/search/{task}/hgs/hgs.json", task=hgs_tasks()),
-        prm=expand("results/rm/{task}/model-prm", task=rm_tasks()),
+        prm=rm_table_prms(),
     output:
         markdown="results/report/reward_models/reward_models.md",
         best_of_n="results/report/reward_models/best_of_n.csv",

@@ -219,27 +219,39 @@ def mutate_code_prm(config: dict, problems_path: str, out_dir: str) -> dict:
 
 
 def train_reward_model(
-    config: dict, kind: str, model_path: str, problems_path: str, data_path: str, out_dir: str
+    config: dict,
+    kind: str,
+    model_path: str,
+    problems_paths: str | list[str],
+    data_paths: str | list[str],
+    out_dir: str,
 ) -> dict:
     """Train one reward model of `kind` from the SFT policy; write the folder, metrics, manifest.
 
-    data_path: sampled trajectories (bt, orm) or PRM step rows (prm).
+    data_paths: sampled trajectories (bt, orm) or PRM step rows (prm) of the problems in
+    problems_paths: one task's, or several tasks' for a reward model on their union
+    (reward_models.pooled).
     """
     if kind not in KINDS:
         raise ReasonRLError(f"unknown reward model kind {kind!r} (expected one of {KINDS})")
+    problems_paths, data_paths = _paths(problems_paths), _paths(data_paths)
     section, seed = config["reward_models"], config["seed"]
     sections = {"reward_models": section, "policy": config["policy"]}
-    inputs = [model_path, problems_path, data_path]
+    inputs = [model_path, *problems_paths, *data_paths]
     lora = LoraSettings.from_config(section["train"]["lora"], "reward_models.train.lora")
     run = TrainingRun(
         "train-reward-model", out_dir, sections, inputs, seed, kind, section, seed, lora=lora
     )
-    problems = {p["id"]: p for p in read_jsonl(problems_path, schema="problem")}
+    problems = _problems_by_id(problems_paths)
     schema = "prm_steps" if kind == "prm" else "trajectory"
-    data = read_jsonl(data_path, schema=schema)
-    unknown = sorted({r["problem_id"] for r in data} - problems.keys())
-    if unknown:
-        raise ReasonRLError(f"{data_path}: problem '{unknown[0]}' is not in {problems_path}")
+    data = []
+    for data_path in data_paths:
+        rows = read_jsonl(data_path, schema=schema)
+        unknown = sorted({r["problem_id"] for r in rows} - problems.keys())
+        if unknown:
+            named = " or ".join(problems_paths)
+            raise ReasonRLError(f"{data_path}: problem '{unknown[0]}' is not in {named}")
+        data += rows
     train_rows, held_rows = heldout_split(data, section["heldout_fraction"], seed)
     trainer = TRAINERS[kind]
     model, tokenizer, result, info, heldout = trainer(
@@ -251,6 +263,24 @@ def train_reward_model(
         model, tokenizer, metrics, extra_json={INFO_FILE: info_json}, summary={"heldout": heldout}
     )
     return metrics
+
+
+def _paths(paths: str | list[str]) -> list[str]:
+    return [paths] if isinstance(paths, str) else list(paths)
+
+
+def _problems_by_id(paths: list[str]) -> dict[str, dict]:
+    """The problems of every file by id; an id two files share is a one-line error (the
+    rows of one could not be told from the other's)."""
+    problems, where = {}, {}
+    for path in paths:
+        for problem in read_jsonl(path, schema="problem"):
+            if problem["id"] in where:
+                raise ReasonRLError(
+                    f"{path}: problem id '{problem['id']}' is also in {where[problem['id']]}"
+                )
+            problems[problem["id"]], where[problem["id"]] = problem, path
+    return problems
 
 
 # ---- best_of_n, hgs_search, score_rlhflow -----------------------------------------------------
