@@ -188,8 +188,8 @@ def _capacity_placements() -> dict[str, mp.Placement]:
     nodes): the rules with the launcher (mp.LAUNCHED_RULES) spread over the 8, the others
     use one of them, as they run today. Those that use a whole policy beside training
     (mp.WHOLE_POLICY_RULES) under ZeRO-2, the most they run under; PPO's vLLM engine on the
-    main process's GPU, as it runs today (the online learner's generator has a GPU of its
-    own here: not built yet, it shares the main one)."""
+    main process's GPU, as it runs today; the online learner's generator on a GPU of its own
+    (resource generator_gpus: 1)."""
     placements = {
         rule: mp.Placement(8, 3, rule.removesuffix("_part") in mp.LAUNCHED_RULES, True)
         for rule in GPU_RULES + PART_RULES
@@ -398,6 +398,51 @@ def test_an_online_learner_launch_it_cannot_run_fails_the_plan(tmp_path, gpus, z
         assert f"\n| online_dpo | {gpus} | yes | 2 |" in done.stdout, done.stdout
     else:
         assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {recipe}: {error}\n")
+
+
+@pytest.mark.parametrize(("resources", "error"), [
+    # the learner (~37 GiB) on its GPU, the vLLM generator on the job's other one
+    ({"gpu": 2, "generator_gpus": 1}, None),
+    # beside the generator's 85% reservation: 12 GiB left
+    ({"gpu": 1}, "rule online_dpo needs 36.7 GiB per GPU on 1 GPU(s) (ZeRO-0), over the"
+                 " 12.0 GiB it may use;"),
+    ({"gpu": 1, "generator_gpus": 1}, "rule online_dpo: resource generator_gpus=1 (only"
+                                      " online_dpo's generator has a GPU of its own: 1, of a"
+                                      " job of at least 2)"),
+])  # fmt: skip
+def test_an_online_generator_on_a_gpu_of_its_own_leaves_the_learner_its_gpus(
+    tmp_path, resources, error
+):
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(
+        yaml.safe_dump({"set-resources": {"online_dpo": resources}})
+    )
+    recipe = "config/gpu-async-dpo-rho-1b.yaml"
+    cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(profile)]
+    done = subprocess.run([*cli, "--configfile", recipe], cwd=REPO, capture_output=True, text=True)
+    if error is None:
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+        assert "\n| online_dpo | 1 | yes | 0 |" in done.stdout
+    else:
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert error in done.stderr
+
+
+def test_a_launch_check_skips_rules_the_config_does_not_run():
+    """The PRM recipe runs no PPO or online variants: a profile giving every GPU rule 2
+    GPUs (under ZeRO-3, with its vLLM engine) stops nothing."""
+    config = load_workflow_config([str(REPO / "config/gpu-prm-math-shepherd-mistral-7b.yaml")])
+    placements = {rule: mp.Placement(2, 3, True) for rule in ("ppo", "online_dpo")}
+    mp.check_launches(config, placements, "F")
+    config["ppo"]["variants"] = [{"name": "m", "filter": "ppo-m"}]
+    with pytest.raises(ReasonRLError, match=r"^F: rule ppo cannot run under DeepSpeed ZeRO-3"):
+        mp.check_launches(config, placements, "F")
+
+
+def test_generator_gpus_belong_to_the_online_learner_only():
+    with pytest.raises(ReasonRLError, match=r"^rule sft: resource generator_gpus=1 \(only"):
+        mp.placement("sft", {"gpu": 4, "generator_gpus": 1})
 
 
 def test_a_ppo_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan():

@@ -377,6 +377,21 @@ def test_a_steps_micro_batches_share_out_over_the_processes(monkeypatch):
         loop_settings(section, 0)
 
 
+def test_a_generator_with_a_gpu_of_its_own_takes_the_first_after_the_learners(monkeypatch):
+    from reasonrl.online_dpo.actors import enter_generator_environment, generator_devices
+
+    assert generator_devices("4,5,6", 2) == "6" and generator_devices(None, 1) == "1"
+    with pytest.raises(ReasonRLError, match="CUDA_VISIBLE_DEVICES=4,5 has no device after"):
+        generator_devices("4,5", 2)
+    spec = GeneratorSpec({}, "", [], "tool", Schedule(1, 1, False), 0, 1, visible_devices="6")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_PORT", "29500")):
+        monkeypatch.setenv(name, value)
+    enter_generator_environment(spec)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"
+    assert not {"RANK", "WORLD_SIZE", "MASTER_PORT"} & os.environ.keys()
+
+
 def test_schedule_versions_and_lag():
     sync = Schedule(steps=6, minibatches_per_round=2, asynchronous=False)
     run = Schedule(steps=6, minibatches_per_round=2, asynchronous=True)

@@ -276,6 +276,30 @@ def test_multi_gpu_training_job_runs_under_accelerate_with_deepspeed(snakemake):
     assert all(c.startswith("reasonrl sft ") for c in sft_commands("--set-resources", "sft:gpu=1"))
 
 
+def test_an_online_generator_with_a_gpu_of_its_own_leaves_the_learner_the_rest(snakemake):
+    """resource generator_gpus=1: the job's last GPU is the generator's, the learner is
+    launched over the others (one left: a plain process)."""
+
+    def online_commands(*args: str) -> list[str]:
+        result = snakemake("-n", "-p", *args)
+        return [
+            line.removeprefix("Shell command: ")
+            for line in result.stdout.splitlines()
+            if line.startswith("Shell command: ") and " online-dpo --config-json" in line
+        ]
+
+    # the async recipe's steps: 8 micro-batches, which share out over 2 learner GPUs
+    recipe = ("--configfile", "config/gpu-async-dpo-rho-1b.yaml", "--set-resources")
+    zero2 = REPO / "profiles/accelerate/deepspeed_zero2.yaml"
+    launch = f"accelerate launch --config_file {zero2} --num_processes 2 -m reasonrl.cli "
+    own = online_commands(*recipe, "online_dpo:gpu=3", "online_dpo:generator_gpus=1")
+    assert own and all(c.startswith(launch) and " --generator-gpus 1 " in c for c in own)
+    one = online_commands(*recipe, "online_dpo:gpu=2", "online_dpo:generator_gpus=1")
+    assert one and all(c.startswith("reasonrl online-dpo ") for c in one)
+    shared = online_commands("--set-resources", "online_dpo:gpu=1")  # the default's
+    assert shared and all(" --generator-gpus 0 " in c for c in shared)
+
+
 @pytest.mark.parametrize("stage", [2, 3])
 def test_deepspeed_configs_load_as_accelerate_configs(stage):
     from accelerate.commands.config.config_args import load_config_from_file

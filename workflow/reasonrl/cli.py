@@ -221,7 +221,7 @@ def online_dpo(args: argparse.Namespace, config: dict) -> None:
 
     metrics = run(
         config, args.variant, args.model, args.train, args.style, args.threads, args.out,
-        args.reward_model,
+        args.reward_model, args.generator_gpus,
     )  # fmt: skip
     log.info(
         "%s: %d steps in %.1f s (gen %.1f s, train %.1f s)",
@@ -494,6 +494,13 @@ def _online_stages(stage) -> None:
     p.add_argument("--style", choices=["tool", "cot"], default="tool")
     p.add_argument("--threads", type=int, default=1, help="cores (async: half each process)")
     p.add_argument("--reward-model", help="BT-RM folder (online_dpo.reward rm or combined)")
+    p.add_argument(
+        "--generator-gpus",
+        type=int,
+        choices=[0, 1],
+        default=0,
+        help="1: the generator samples on the job's GPU after the learner's (0: on the main one)",
+    )
     p.add_argument("--out", required=True)
     p = stage("online-dpo-table", online_dpo_table, "sync vs async table and reward/KL plots")
     p.add_argument("--row", action="append", required=True, help="LABEL=MODEL:EVAL_METRICS")

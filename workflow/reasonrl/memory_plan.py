@@ -506,15 +506,27 @@ def plan_config(config: dict, placements: dict[str, Placement]) -> list[RulePlan
     ]
 
 
+# Rules whose generator may have GPUs of its own (resource generator_gpus: the job's last).
+OWN_GENERATOR_RULES = frozenset({"online_dpo"})
+
+
 def placement(rule: str, resources: dict) -> Placement:
-    """A rule's Placement from its resources: gpu, deepspeed (zero2 unless set) and gpu_mem_mb
-    (80 GiB unless set)."""
+    """A rule's Placement from its resources: gpu, deepspeed (zero2 unless set), gpu_mem_mb
+    (80 GiB unless set) and, for the online learner, generator_gpus (0 or 1 of its gpu that
+    are its generator's: the learner trains on the others)."""
     stage = str(resources.get("deepspeed") or "zero2")
     mem_mb = resources.get("gpu_mem_mb")
+    gpus, own = int(resources.get("gpu") or 0), int(resources.get("generator_gpus") or 0)
+    if own and (rule not in OWN_GENERATOR_RULES or own != 1 or gpus < 2):
+        raise ReasonRLError(
+            f"rule {rule}: resource generator_gpus={own} (only online_dpo's generator has a"
+            " GPU of its own: 1, of a job of at least 2)"
+        )
     return Placement(
-        int(resources.get("gpu") or 0),
+        gpus - own,
         int(stage.removeprefix("zero")),
         rule in LAUNCHED_RULES,
+        generator_own_gpu=bool(own),
         gpu_bytes=float(mem_mb) * 1024**2 if mem_mb else GPU_BYTES,
     )
 
@@ -563,7 +575,8 @@ def check_launches(config: dict, placements: dict[str, Placement], source: str) 
     engine = config["generation"]["engine"]
     for rule, why in sorted(WHOLE_POLICY_RULES.items()):
         place = placements.get(rule, Placement(0))
-        if not (place.launched and place.gpus > 1):
+        # the rule's section is named as the rule; without variants the config runs none
+        if not (config[rule]["variants"] and place.launched and place.gpus > 1):
             continue
         if place.zero >= 3:
             raise ReasonRLError(

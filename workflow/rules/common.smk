@@ -584,14 +584,15 @@ def docker_shell(rule):
 
 # --- Multi-GPU training -------------------------------------------------------------------
 # A training rule's command starts with launcher(): `reasonrl`, or, when its job has more
-# than one GPU (resource gpu, from the profile), `accelerate launch` with the DeepSpeed
-# config named by resource deepspeed (zero2, the default, or zero3) in profiles/accelerate/.
+# than one GPU to train on (resource gpu, from the profile, less the online learner's
+# generator_gpus), `accelerate launch` with the DeepSpeed config named by resource deepspeed
+# (zero2, the default, or zero3) in profiles/accelerate/.
 
 DEEPSPEED_CONFIGS = Path(workflow.basedir) / "profiles/accelerate"
 
 
 def launcher(wildcards, resources):
-    gpus = int(getattr(resources, "gpu", 0) or 0)
+    gpus = int(getattr(resources, "gpu", 0) or 0) - generator_gpus(resources)
     if gpus <= 1:
         return "reasonrl"
     stage = getattr(resources, "deepspeed", "zero2")
@@ -602,6 +603,15 @@ def launcher(wildcards, resources):
         f"accelerate launch --config_file {shlex.quote(str(config_file))}"
         f" --num_processes {gpus} -m reasonrl.cli"
     )
+
+
+def generator_gpus(resources):
+    """GPUs of the job that are the online generator's own (resource generator_gpus)."""
+    return int(getattr(resources, "generator_gpus", 0) or 0)
+
+
+def generator_gpus_arg(wildcards, resources):
+    return f"--generator-gpus {generator_gpus(resources)}"
 
 
 # --- reward models, best-of-N and HGS-PRM (workflow/rules/reward_models.smk) -----------------
@@ -969,7 +979,7 @@ def fixed_resource(gpu_rule, name):
 
 def gpu_placements():
     """Rule name -> Placement (reasonrl.memory_plan) of every rule whose job asks for GPUs."""
-    names = ("gpu", "deepspeed", "gpu_mem_mb")
+    names = ("gpu", "deepspeed", "gpu_mem_mb", "generator_gpus")
     placements = {}
     for each in workflow.rules:
         resources = {name: fixed_resource(each, name) for name in names}

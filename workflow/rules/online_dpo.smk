@@ -1,7 +1,8 @@
 # Asynchronous off-policy online DPO (asynchronous RLHF paper): one run per variant from the
 # SFT policy (sync or async, same steps), each evaluated by the evaluate rule as policy
 # online-{name}, then the sync-vs-async table with reward/KL plots against wall-clock. Over
-# a job's GPUs the learner is data parallel (DDP or ZeRO-2), the generator on the main one.
+# a job's GPUs the learner is data parallel (DDP or ZeRO-2), the generator on the main one, or
+# on a GPU of its own with resource generator_gpus: 1 (the job's last).
 
 
 wildcard_constraints:
@@ -29,11 +30,13 @@ rule online_dpo:
         config=config_json("online_dpo", "generation", "rollout", "sandbox", "policy"),
         style=policy_style(ONLINE["policy"]),
         launch=launcher,
+        generator=generator_gpus_arg,
         reward_model=reward_model_arg,
     shell:
         "{params.launch} online-dpo --config-json {params.config} --variant {wildcards.online}"
         " --model {input.model:q} --train {input.train:q} --style {params.style}"
-        " {params.reward_model} --threads {threads} --out {output.model:q} > {log:q} 2>&1"
+        " {params.reward_model} {params.generator} --threads {threads} --out {output.model:q}"
+        " > {log:q} 2>&1"
 
 
 rule online_dpo_table:

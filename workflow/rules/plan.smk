@@ -6,11 +6,11 @@
 # The CLI verb `plan --configfile F --profile P` prints the whole table. Included
 # after every rule, so it sees their resources.
 
-GPU_PLACEMENTS = gpu_placements()
-if GPU_PLACEMENTS:
-    try:
+try:
+    GPU_PLACEMENTS = gpu_placements()
+    if GPU_PLACEMENTS:
         check_global_batches(config, GPU_PLACEMENTS, config_files)
         check_launches(config, GPU_PLACEMENTS, config_files)
         check_fits(plan_config(config, GPU_PLACEMENTS), config_files)
-    except ReasonRLError as err:
-        exit_with(err)
+except ReasonRLError as err:
+    exit_with(err)

@@ -76,6 +76,24 @@ class GeneratorSpec:
     first_round: int
     threads: int
     reward_model: str | None = None
+    # CUDA_VISIBLE_DEVICES of the generator when it has a GPU of its own (generator_devices);
+    # None: the learner's (its main process's GPU)
+    visible_devices: str | None = None
+
+
+def generator_devices(visible: str | None, learner_processes: int) -> str:
+    """The GPU of a generator with one of its own, as its CUDA_VISIBLE_DEVICES: the job's
+    first visible device after the learner's (local ranks 0..learner_processes-1 take the
+    first ones; `visible` is the job's CUDA_VISIBLE_DEVICES, None: all of the node's)."""
+    if visible is None:
+        return str(learner_processes)
+    devices = [d for d in visible.split(",") if d]
+    if len(devices) <= learner_processes:
+        raise ReasonRLError(
+            f"the generator's GPU: CUDA_VISIBLE_DEVICES={visible} has no device after the"
+            f" learner's {learner_processes}"
+        )
+    return devices[learner_processes]
 
 
 def round_problems(spec: GeneratorSpec, round_no: int) -> list[dict]:
@@ -111,8 +129,7 @@ LAUNCH_VARIABLES = (
 def generator_main(spec: GeneratorSpec, weights: queue.Queue, data: queue.Queue, stop) -> None:
     """Process entry point: make rounds first_round.. in order; errors go back as a message."""
     _die_with_parent()
-    for name in LAUNCH_VARIABLES:
-        os.environ.pop(name, None)
+    enter_generator_environment(spec)
     # Ctrl-C reaches the whole process group; the learner decides and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(spec.threads)
@@ -120,6 +137,15 @@ def generator_main(spec: GeneratorSpec, weights: queue.Queue, data: queue.Queue,
         _generate_rounds(spec, weights, data, stop)
     except Exception:
         data.put(("error", traceback.format_exc()))
+
+
+def enter_generator_environment(spec: GeneratorSpec) -> None:
+    """Before anything touches CUDA: leave the launch's environment (a one-process program)
+    and take the GPU of the generator's own, where it has one."""
+    for name in LAUNCH_VARIABLES:
+        os.environ.pop(name, None)
+    if spec.visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible_devices
 
 
 def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:

@@ -18,10 +18,10 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import torch
-from accelerate.utils import broadcast_object_list
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, write_json
@@ -39,6 +39,10 @@ from reasonrl.training.online_dpo import (
 )
 from reasonrl.training.ppo import PolicyCritic
 from reasonrl.training.reference import Reference
+
+# How long the other processes of a launched learner wait for the main one's next round: it
+# waits for the generator (its start, a whole round in sync mode), far past NCCL's 10 minutes.
+ROUND_WAIT = timedelta(hours=24)
 
 # TrainingLoop.evaluate: fn(model, batch) without gradients, as the loss sees the model.
 Evaluate = Callable[[Callable[[torch.nn.Module, dict], torch.Tensor], dict], torch.Tensor]
@@ -162,6 +166,7 @@ class Learner:
         self.pushed_once = False
         self.step_metrics: dict = {}  # of the step being trained (micro_batches makes them)
         self.processes = data_parallel_processes()
+        self._rounds_group = None  # gloo group of the round broadcast (made at the first)
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -174,8 +179,17 @@ class Learner:
         if self.generator is not None:
             payload = self._own_round(round_no)
         if self.processes > 1:
-            payload = broadcast_object_list([payload])[0]
+            payload = self._broadcast(payload)
         return payload, time.perf_counter() - t0
+
+    def _broadcast(self, payload: dict | None) -> dict:
+        """The main process's round on every process, over a gloo group of its own: the wait
+        is the generator's (ROUND_WAIT), and the pickled round stays off the GPUs."""
+        if self._rounds_group is None:
+            self._rounds_group = torch.distributed.new_group(backend="gloo", timeout=ROUND_WAIT)
+        box = [payload]
+        torch.distributed.broadcast_object_list(box, src=0, group=self._rounds_group)
+        return box[0]
 
     def _own_round(self, round_no: int) -> dict:
         if (self.store.folder / f"round-{round_no}.json").exists():

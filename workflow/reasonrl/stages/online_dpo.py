@@ -39,16 +39,23 @@ def online_dpo(
     threads: int,
     out_dir: str,
     reward_model: str | None = None,
+    generator_gpus: int = 0,
 ) -> dict:
     """Online training from `model_path` (the SFT policy, also the fixed reference), samples
     scored per online_dpo.reward (`reward_model`: the BT-RM folder); writes the HF folder with
     per-step metrics (JSON + CSV) and the manifest. Under accelerate launch the learner is
-    data parallel and the main process runs the generator (reasonrl.online_dpo.learner)."""
-    from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
+    data parallel and the main process runs the generator (reasonrl.online_dpo.learner);
+    `generator_gpus` 1: the generator samples on the job's GPU after the learner's."""
+    from reasonrl.online_dpo.actors import (
+        GeneratorProcess,
+        GeneratorSpec,
+        Schedule,
+        generator_devices,
+    )
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.stages._train import TrainingRun
-    from reasonrl.training.loop import is_main_process
+    from reasonrl.training.loop import data_parallel_processes, is_main_process
     from reasonrl.training.lora import LoraSettings
     from reasonrl.training.online_dpo import OnlineObjective
     from reasonrl.training.ppo import PolicyCritic
@@ -78,18 +85,24 @@ def online_dpo(
     per_process = max(1, threads // 2)
     with torch_threads(per_process):
         store = RoundStore(run.out.parent / f".{run.out.name}.rounds", run.fingerprint)
-        if main:  # the rounds folder is the main process's, as the generator is
+        spec = None
+        if main:  # the rounds folder and the generator are the main process's
             store.reset_unless_resuming(run.checkpoints.latest() is not None)
-        spec = GeneratorSpec(
-            config={"online_dpo": section, "seed": config["seed"], **sections},
-            model_path=model_path,
-            problems=read_jsonl(train_path, schema="problem"),
-            style=style,
-            schedule=schedule,
-            first_round=store.stored(),
-            threads=per_process,
-            reward_model=reward_model,
-        )
+            spec = GeneratorSpec(
+                config={"online_dpo": section, "seed": config["seed"], **sections},
+                model_path=model_path,
+                problems=read_jsonl(train_path, schema="problem"),
+                style=style,
+                schedule=schedule,
+                first_round=store.stored(),
+                threads=per_process,
+                reward_model=reward_model,
+                visible_devices=generator_devices(
+                    os.environ.get("CUDA_VISIBLE_DEVICES"), data_parallel_processes()
+                )
+                if generator_gpus
+                else None,
+            )
         dtype = config["policy"]["dtype"]
         model, tokenizer = run.load_policy(model_path, dtype)
         reference = run.reference(model, model_path, dtype)
