@@ -354,9 +354,12 @@ def test_the_online_learner_over_two_processes_is_one_with_twice_the_accumulatio
     one, two = runs["one"], runs["ddp"]
     assert one["steps"] == two["steps"] == 4 and one["prompts"] == two["prompts"]
     timing = {k for k in one["history"][0] if "second" in k or k == "elapsed"}
+    # Each process scores its share of a step's samples with the reference, padded with
+    # other rows than one process pads them with: summed log-probs of tens of nats then
+    # differ by fp32 rounding (~1e-6), and so do the KL estimates made from them.
     for mine, theirs in zip(two["history"], one["history"], strict=True):
         for key in theirs.keys() - timing:
-            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-5), key
     want = load_policy(tmp_path / "one")[0].state_dict()
     got = load_policy(tmp_path / "ddp")[0].state_dict()
     for key in want:

@@ -23,7 +23,6 @@ from reasonrl.ppo_run import (
     BufferBatches,
     Variant,
     concat_padded,
-    contiguous_share,
     steps_per_iteration,
 )
 from reasonrl.rewards.models import INFO_FILE
@@ -35,7 +34,13 @@ from reasonrl.stages.ppo import ppo_r2 as strategy_r2
 from reasonrl.stages.ppo import ppo_table as write_ppo_table
 from reasonrl.tasks import build_problems, prompt_messages
 from reasonrl.training.filtration import FilterSpec
-from reasonrl.training.loop import CheckpointStore, LoopSettings, step_micro_batches, train
+from reasonrl.training.loop import (
+    CheckpointStore,
+    LoopSettings,
+    contiguous_share,
+    step_micro_batches,
+    train,
+)
 from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
 ROLLOUT = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}

@@ -52,7 +52,7 @@ from reasonrl.training.filtration import (
     select,
     selection_probabilities,
 )
-from reasonrl.training.loop import data_parallel_processes
+from reasonrl.training.loop import contiguous_share, data_parallel_processes
 from reasonrl.training.lora import merged_state_dict
 from reasonrl.training.ppo import (
     PolicyCritic,
@@ -442,14 +442,6 @@ class PPORun:
             "advantages": advantages,
             "returns": returns,
         }
-
-
-def contiguous_share(count: int, processes: int, index: int) -> range:
-    """Process `index`'s part of `count` items split in order over `processes`: the first
-    count % processes parts have one more (as accelerate's split_between_processes)."""
-    size, extra = divmod(count, processes)
-    start = index * size + min(index, extra)
-    return range(start, start + size + (index < extra))
 
 
 def concat_padded(parts: list[dict[str, torch.Tensor]], pad: dict[str, int]) -> dict:

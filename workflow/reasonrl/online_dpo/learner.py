@@ -7,8 +7,10 @@ missing ones.
 
 Under accelerate launch (one process per GPU, data parallel) the main process owns the
 generator and the rounds folder: it receives each round and broadcasts it, and sends the
-generator its weights; every process makes the step's micro-batches and trains on its own
-share of them (the loop's micro-batch index), so a step over N processes is the step of one.
+generator its weights; each process scores its contiguous share of the step's samples with
+the reference (all receive every row's), every process makes the step's micro-batches and
+trains on its own share of them (the loop's micro-batch index), so a step over N processes
+is the step of one.
 """
 
 from __future__ import annotations
@@ -22,12 +24,19 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
+from accelerate import PartialState
+from accelerate.utils import gather_object
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, write_json
 from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
 from reasonrl.sequences import MaskedSequence, sampled_trajectory, summed_logps, token_logps
-from reasonrl.training.loop import LoopSettings, TrainingLoop, data_parallel_processes
+from reasonrl.training.loop import (
+    LoopSettings,
+    TrainingLoop,
+    contiguous_share,
+    data_parallel_processes,
+)
 from reasonrl.training.online_dpo import (
     add_ppo_targets,
     best_worst,
@@ -224,14 +233,12 @@ class Learner:
             )
             for row in rows
         ]
-        pad = self.tokenizer.pad_token_id
         ref_tokens = None
-        with self.reference.evaluating() as reference:
-            if self.section["loss"] == "ppo":
-                ref_tokens = token_logps(reference, seqs, pad)
-                ref = [sum(values) for values in ref_tokens]
-            else:
-                ref = summed_logps(reference, seqs, pad)
+        if self.section["loss"] == "ppo":
+            ref_tokens = self._reference(seqs, token_logps)
+            ref = [sum(values) for values in ref_tokens]
+        else:
+            ref = self._reference(seqs, summed_logps)
         size = micro_batch_prompts(self.section) * k
         spans = [slice(i, i + size) for i in range(0, len(rows), size)]
         batches = [
@@ -246,6 +253,19 @@ class Learner:
         # the step's batch: reference log-probs, pairs or rows, PPO's critic values
         self.step_metrics["reference_seconds"] = time.perf_counter() - t0
         return batches
+
+    def _reference(self, seqs: list[MaskedSequence], logps: Callable) -> list:
+        """`logps(reference, seqs, pad)` of every sequence, in order: over several processes
+        each scores its contiguous share and every process receives all of them."""
+        pad = self.tokenizer.pad_token_id
+        share = slice(None)
+        if self.processes > 1:
+            state = PartialState()
+            part = contiguous_share(len(seqs), state.num_processes, state.process_index)
+            share = slice(part.start, part.stop)
+        with self.reference.evaluating() as reference:
+            mine = logps(reference, seqs[share], pad) if seqs[share] else []
+        return gather_object(mine) if self.processes > 1 else mine
 
     def _micro_batch(
         self,

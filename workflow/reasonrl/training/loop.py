@@ -445,6 +445,14 @@ def map_over_processes(fn: Callable[[list], list], items: list) -> list | None:
     return gathered if accelerator.is_main_process else None
 
 
+def contiguous_share(count: int, processes: int, index: int) -> range:
+    """Process `index`'s part of `count` items split in order over `processes`: the first
+    count % processes parts have one more (as accelerate's split_between_processes)."""
+    size, extra = divmod(count, processes)
+    start = index * size + min(index, extra)
+    return range(start, start + size + (index < extra))
+
+
 def close_process_group() -> None:
     """Every process of a multi-process job meets here and the process group ends, on all of
     them together: a process that left with it still open aborted at exit ("terminate called
