@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import PartialState
-from accelerate.utils import gather_object
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
@@ -52,7 +51,11 @@ from reasonrl.training.filtration import (
     select,
     selection_probabilities,
 )
-from reasonrl.training.loop import contiguous_share, data_parallel_processes
+from reasonrl.training.loop import (
+    data_parallel_processes,
+    gathered_over_processes,
+    refuse_zero3,
+)
 from reasonrl.training.lora import merged_state_dict
 from reasonrl.training.ppo import (
     PolicyCritic,
@@ -103,11 +106,7 @@ def check_launch(config: dict) -> None:
     """Stop with one line, before anything is loaded, where this job's launch cannot run PPO:
     under DeepSpeed ZeRO-3 (accelerate launch's environment says so), or over several
     processes with a vLLM engine."""
-    if os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
-        raise ReasonRLError(
-            "ppo cannot run under DeepSpeed ZeRO-3 (it samples with each process's whole"
-            " policy): give rule ppo resource deepspeed: zero2"
-        )
+    refuse_zero3("ppo", "it samples with each process's whole policy")
     engine = config["generation"]["engine"]
     if data_parallel_processes() > 1 and engine != "hf":
         raise ReasonRLError(
@@ -230,17 +229,15 @@ class PPORun:
         """(rollouts, their rewards, reward-model passes) of `samples` per problem, in the
         problems' order. Over several processes each samples and scores its contiguous share
         of the problems (seeded apart) and all receive the whole."""
-        if self.processes == 1:
-            rows = self._rollouts(problems, samples, temperature, seed)
-            return rows, *self.scorer(rows)
-        state = PartialState()
-        mine = contiguous_share(len(problems), state.num_processes, state.process_index)
-        rows, scores, passes = [], [], 0
-        if mine:
-            part = problems[mine.start : mine.stop]
-            rows = self._rollouts(part, samples, temperature, seed + 7_919 * state.process_index)
-            scores, passes = self.scorer(rows)
-        parts = gather_object([(rows, scores, passes)])
+
+        def share(part: list[dict]) -> list[tuple]:
+            if not part:
+                return []
+            index = PartialState().process_index if self.processes > 1 else 0
+            rows = self._rollouts(part, samples, temperature, seed + 7_919 * index)
+            return [(rows, *self.scorer(rows))]
+
+        parts = gathered_over_processes(share, problems)
         return (
             [r for part in parts for r in part[0]],
             [x for part in parts for x in part[1]],
@@ -388,15 +385,15 @@ class PPORun:
         if self.processes == 1:
             buffer = self._experience(messages, scores)
         else:
-            state = PartialState()
-            mine = contiguous_share(len(messages), state.num_processes, state.process_index)
-            part = None
-            if mine:
-                share = slice(mine.start, mine.stop)
-                rows = self._experience(messages[share], scores[share])
-                part = {k: v.cpu() for k, v in rows.items()}
-            pad = {"input_ids": self.tokenizer.pad_token_id}
-            buffer = concat_padded([p for p in gather_object([part]) if p is not None], pad)
+
+            def share(rows: list[int]) -> list[dict]:
+                if not rows:
+                    return []
+                part = self._experience([messages[i] for i in rows], scores[rows])
+                return [{k: v.cpu() for k, v in part.items()}]
+
+            parts = gathered_over_processes(share, list(range(len(messages))))
+            buffer = concat_padded(parts, {"input_ids": self.tokenizer.pad_token_id})
         if self.section["normalise_advantages"]:
             buffer["advantages"] = normalise(buffer["advantages"], buffer["action_mask"])
         return buffer

@@ -24,8 +24,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
-from accelerate import PartialState
-from accelerate.utils import gather_object
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, write_json
@@ -34,8 +32,8 @@ from reasonrl.sequences import MaskedSequence, sampled_trajectory, summed_logps,
 from reasonrl.training.loop import (
     LoopSettings,
     TrainingLoop,
-    contiguous_share,
     data_parallel_processes,
+    gathered_over_processes,
 )
 from reasonrl.training.online_dpo import (
     add_ppo_targets,
@@ -258,14 +256,8 @@ class Learner:
         """`logps(reference, seqs, pad)` of every sequence, in order: over several processes
         each scores its contiguous share and every process receives all of them."""
         pad = self.tokenizer.pad_token_id
-        share = slice(None)
-        if self.processes > 1:
-            state = PartialState()
-            part = contiguous_share(len(seqs), state.num_processes, state.process_index)
-            share = slice(part.start, part.stop)
         with self.reference.evaluating() as reference:
-            mine = logps(reference, seqs[share], pad) if seqs[share] else []
-        return gather_object(mine) if self.processes > 1 else mine
+            return gathered_over_processes(lambda part: logps(reference, part, pad), seqs)
 
     def _micro_batch(
         self,

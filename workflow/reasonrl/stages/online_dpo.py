@@ -55,16 +55,12 @@ def online_dpo(
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.stages._train import TrainingRun
-    from reasonrl.training.loop import data_parallel_processes, is_main_process
+    from reasonrl.training.loop import data_parallel_processes, is_main_process, refuse_zero3
     from reasonrl.training.lora import LoraSettings
     from reasonrl.training.online_dpo import OnlineObjective
     from reasonrl.training.ppo import PolicyCritic
 
-    if os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
-        raise ReasonRLError(
-            "online_dpo cannot run under DeepSpeed ZeRO-3 (its generator is sent the main"
-            " process's whole policy): give rule online_dpo resource deepspeed: zero2"
-        )
+    refuse_zero3("online_dpo", "its generator is sent the main process's whole policy")
     main = is_main_process()
     variant = online_variant(config, variant_name)
     section = {**config["online_dpo"], **variant}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import InitProcessGroupKwargs, gather_object, parse_flag_from_env
 from tqdm import tqdm
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
@@ -443,6 +443,27 @@ def map_over_processes(fn: Callable[[list], list], items: list) -> list | None:
     gathered = gather_object(done)
     close_process_group()
     return gathered if accelerator.is_main_process else None
+
+
+def gathered_over_processes(fn: Callable[[list], list], items: list) -> list:
+    """`fn(items)`; under accelerate launch, `fn` of each process's contiguous share of
+    `items` (possibly empty), the results gathered in order on every process. A collective:
+    every process calls it, after the training loop is set up."""
+    if data_parallel_processes() == 1:
+        return fn(items)
+    state = PartialState()
+    part = contiguous_share(len(items), state.num_processes, state.process_index)
+    return gather_object(fn(items[part.start : part.stop]))
+
+
+def refuse_zero3(rule: str, why: str) -> None:
+    """Stop with one line, before anything is loaded, where accelerate launch set up
+    DeepSpeed ZeRO-3 for a rule that cannot run under it (`why`)."""
+    if os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        raise ReasonRLError(
+            f"{rule} cannot run under DeepSpeed ZeRO-3 ({why}): give rule {rule} resource"
+            " deepspeed: zero2"
+        )
 
 
 def contiguous_share(count: int, processes: int, index: int) -> range:
