@@ -475,7 +475,7 @@ def _online_specs(config: dict) -> list[RuleSpec]:
     k = section["samples_per_prompt"]
     # One micro-batch of an optimizer step (the learner accumulates a step's micro-batches):
     # best and worst of K (DPO), all K (RLOO, PPO) of micro_batch_prompts prompts.
-    prompts = section["micro_batch_prompts"] or section["prompts_per_step"]
+    prompts = _online_micro_batch_prompts(section)
     per_prompt = {v["loss"]: 2 if v["loss"] == "dpo" else k for v in section["variants"]}
     sequences = prompts * max(per_prompt.values())
     trained = _trained(section, sequences, section["max_length"])
@@ -495,6 +495,12 @@ def _online_specs(config: dict) -> list[RuleSpec]:
             note=f"reference {kept}; generator beside the learner",
         )
     ]
+
+
+def _online_micro_batch_prompts(section: dict) -> int:
+    """Prompts of one micro-batch of the online learner (its micro_batch_prompts(), which
+    this module, loaded with the workflow, does not import with torch)."""
+    return section["micro_batch_prompts"] or section["prompts_per_step"]
 
 
 def plan_config(config: dict, placements: dict[str, Placement]) -> list[RulePlan]:
@@ -584,8 +590,7 @@ def check_launches(config: dict, placements: dict[str, Placement], source: str) 
                 f" give it resource deepspeed: zero2"
             )
         online = config["online_dpo"]
-        prompts = online["micro_batch_prompts"] or online["prompts_per_step"]
-        micro = -(-online["prompts_per_step"] // prompts)
+        micro = -(-online["prompts_per_step"] // _online_micro_batch_prompts(online))
         if rule == "online_dpo" and micro % place.gpus:
             raise ReasonRLError(
                 f"{source}: rule online_dpo over {place.gpus} GPUs: a step's {micro}"
