@@ -384,7 +384,7 @@ class Bench:
 
     def rollouts(self, engine) -> list[tuple[str, str]]:
         from reasonrl.generation import SamplingParams
-        from reasonrl.rollout import RolloutLimits, run_rollouts
+        from reasonrl.rollout import RolloutSettings, run_rollouts
         from reasonrl.sandbox import Sandbox, find_bwrap
 
         section = {**self.config["sandbox"], "workers": self.args.sandbox_workers}
@@ -396,9 +396,9 @@ class Bench:
         if probe.status != "ok":
             why = f"{probe.status}: {probe.stderr.strip()[-300:]}"
             return [("tool-loop rollouts", f"not measured: bubblewrap cannot run here ({why})")]
-        limits = RolloutLimits.from_config(self.config["rollout"])
+        limits = RolloutSettings.from_config(self.config["rollout"])
         if self.args.quick:
-            limits = RolloutLimits(max_turns=2, max_turn_tokens=16, max_total_tokens=32)
+            limits = RolloutSettings(max_turns=2, max_turn_tokens=16, max_total_tokens=32)
         params = SamplingParams(max_new_tokens=limits.max_turn_tokens)
         problems = self.test[: self.args.rollout_problems]
         run_rollouts(engine, problems[:2], "tool", 1, params, limits, sandbox)  # warm-up

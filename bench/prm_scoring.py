@@ -23,7 +23,7 @@ from reasonrl.io import write_jsonl
 from reasonrl.models import build_tiny_policy, load_policy
 from reasonrl.rewards.annotation import annotate
 from reasonrl.rewards.scoring import score_steps, score_steps_one_by_one
-from reasonrl.rollout import RolloutLimits
+from reasonrl.rollout import RolloutSettings
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages.models import corpus_texts
 from reasonrl.tasks import build_problems, prompt_messages, solution_messages
@@ -70,7 +70,7 @@ def time_annotation(model, tokenizer, problems: list[dict], completions: int, ca
         solutions,
         engine,
         Sandbox.from_config({}),
-        RolloutLimits(1, cap, cap),
+        RolloutSettings(1, cap, cap),
         completions,
         SamplingParams(temperature=1.0, seed=0),
         "regex",

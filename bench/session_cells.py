@@ -35,7 +35,7 @@ from types import SimpleNamespace
 from record import append
 
 from reasonrl.pool import Program, WorkerPool
-from reasonrl.rollout import SESSION_OPEN_SECONDS, RolloutLimits, needs_session
+from reasonrl.rollout import SESSION_OPEN_SECONDS, RolloutSettings, needs_session
 from reasonrl.sandbox import Sandbox, program_with_history
 
 CELL_COUNTS = (1, 3, 6)
@@ -78,7 +78,7 @@ def sessions(sandbox: Sandbox, cells: list[list[str]]) -> list[list[str]]:
 def cost_model(sandbox: Sandbox, cells: list[list[str]]) -> list[list[str]]:
     """As the rollout runs them: re-run programs in each turn's pool, a session where it pays."""
     outputs: list[list[str]] = [[] for _ in cells]
-    limits = RolloutLimits(max_turns=len(cells[0]))
+    limits = RolloutSettings(max_turns=len(cells[0]))
     states = [SimpleNamespace(cells=[], turns=0, rerun_seconds=0.0, session=None) for _ in cells]
     try:
         for turn in range(len(cells[0])):

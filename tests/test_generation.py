@@ -84,6 +84,35 @@ def test_a_conversation_reuses_earlier_turns_and_gives_the_same_text(tiny_policy
     assert engine.reused_tokens >= sum(prompt_tokens) - len(PROMPTS)
 
 
+def test_a_conversation_of_two_waves_reuses_each_waves_earlier_turn(tiny_policy):
+    # The tool loop's waves take turns: wave 1's call comes between wave 0's two turns.
+    params = SamplingParams(max_new_tokens=8)
+    waves = [PROMPTS[:2], PROMPTS[2:]]
+    fresh = HFEngine.from_pretrained(str(tiny_policy), batch_size=2)
+    expected = [
+        [c.text for c in fresh.generate(_next_turn(w, fresh.generate(w, params)), params)]
+        for w in waves
+    ]
+    engine = HFEngine.from_pretrained(str(tiny_policy), batch_size=2)
+    with engine.conversation(calls=2):
+        firsts = [engine.generate(w, params) for w in waves]
+        reused = []
+        for wave, first in zip(waves, firsts, strict=True):
+            before = engine.reused_tokens
+            second = engine.generate(_next_turn(wave, first), params)
+            reused.append(engine.reused_tokens - before)
+            assert [c.text for c in second] == expected[waves.index(wave)]
+    prompt_tokens = [len(engine.tokenizer(p, add_special_tokens=False).input_ids) for p in PROMPTS]
+    # every prompt of the wave but its last token, as with one wave
+    assert reused[0] >= sum(prompt_tokens[:2]) - 2 and reused[1] >= sum(prompt_tokens[2:]) - 1
+    # one call kept: wave 1's first call has pushed wave 0's rows out
+    single = HFEngine.from_pretrained(str(tiny_policy), batch_size=2)
+    with single.conversation():
+        firsts = [single.generate(w, params) for w in waves]
+        single.generate(_next_turn(waves[0], firsts[0]), params)
+    assert single.reused_tokens == 0
+
+
 def test_new_weights_or_no_budget_reuse_nothing(tiny_policy):
     params = SamplingParams(max_new_tokens=6)
     engine = HFEngine.from_pretrained(str(tiny_policy), batch_size=2)

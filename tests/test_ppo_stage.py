@@ -27,7 +27,7 @@ from reasonrl.ppo_run import (
 )
 from reasonrl.rewards.models import INFO_FILE
 from reasonrl.rewards.sequence import SequenceScorer
-from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages.ppo import ppo as run_ppo
 from reasonrl.stages.ppo import ppo_r2 as strategy_r2
@@ -228,7 +228,7 @@ def _mean_reward(policy_dir, reward_model, problems, seed) -> float:
         "tool",
         4,
         SamplingParams(temperature=1.0, top_p=1.0, seed=seed),
-        RolloutLimits(**ROLLOUT),
+        RolloutSettings(**ROLLOUT),
         Sandbox.from_config({}),
     )
     scores = SequenceScorer("rm", str(reward_model), "float32", "ppo.reward").rm(rows)

@@ -42,7 +42,7 @@ from reasonrl.rewards.steps import (
     to_rlhflow,
     trajectory_steps,
 )
-from reasonrl.rollout import RolloutLimits
+from reasonrl.rollout import RolloutSettings
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages.reward_models import train_reward_model as run_train_reward_model
 from reasonrl.training.reward import bradley_terry_loss
@@ -72,7 +72,7 @@ class ScriptedEngine:
         self.rules = {key: itertools.cycle(texts) for key, texts in rules.items()}
         self.prompts: list[str] = []
 
-    def conversation(self):
+    def conversation(self, calls=1):
         return contextlib.nullcontext()
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
@@ -238,7 +238,7 @@ def test_annotation_of_a_hand_made_trajectory_set_matches_the_rule(tiny_policy, 
         solutions,
         engine,
         sandbox=Sandbox.from_config({}),
-        limits=RolloutLimits(2, 64, 128),
+        limits=RolloutSettings(2, 64, 128),
         completions=4,
         params=SamplingParams(temperature=1.0),
         splitter="regex",
@@ -267,7 +267,7 @@ def test_line_annotation_resumes_every_prefix_exactly_after_its_line(tiny_policy
         [solution],
         engine,
         sandbox=Sandbox.from_config({}),
-        limits=RolloutLimits(3, 64, 256),
+        limits=RolloutSettings(3, 64, 256),
         completions=1,
         params=SamplingParams(temperature=1.0),
         splitter="line",

@@ -1,6 +1,7 @@
 """The multi-turn tool loop, driven by a scripted engine and the real sandbox."""
 
 import contextlib
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +12,7 @@ from reasonrl import rollout
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import load_schema
 from reasonrl.models import train_tokenizer
-from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts, run_rollouts
+from reasonrl.rollout import RolloutPrefix, RolloutSettings, continue_rollouts, run_rollouts
 from reasonrl.sandbox import Sandbox, SandboxLimits, program_with_history
 from reasonrl.tasks import prompt_messages
 
@@ -39,7 +40,7 @@ class ScriptedEngine:
         self.calls_in_conversation: list[int] = []
 
     @contextlib.contextmanager
-    def conversation(self):
+    def conversation(self, calls=1):
         self.conversations += 1
         yield
         self.conversations = -abs(self.conversations)
@@ -65,7 +66,7 @@ def sandbox():
 
 
 def _roll(engine, sandbox, limits=None, n=1):
-    limits = limits or RolloutLimits()
+    limits = limits or RolloutSettings()
     return run_rollouts(engine, [PROBLEM], "tool", n, SamplingParams(), limits, sandbox)
 
 
@@ -107,17 +108,17 @@ def test_interpreter_error_is_shown_to_the_model(sandbox):
 
 def test_stops_after_max_turns(sandbox):
     engine = ScriptedEngine(["```python\nprint(1)\n```"])
-    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=3))
+    (row,) = _roll(engine, sandbox, RolloutSettings(max_turns=3))
     assert row["finish_reason"] == "max_turns" and row["num_turns"] == 3
     assert row["final_answer"] is None or not row["correct"]
 
 
 def test_turn_and_total_token_caps(sandbox):
     engine = ScriptedEngine(["```python\nprint(1)\n```"], tokens_per_turn=50)
-    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=6, max_turn_tokens=40))
+    (row,) = _roll(engine, sandbox, RolloutSettings(max_turns=6, max_turn_tokens=40))
     assert row["finish_reason"] == "turn_token_cap" and row["num_turns"] == 1
     engine = ScriptedEngine(["```python\nprint(1)\n```"], tokens_per_turn=30)
-    limits = RolloutLimits(max_turns=6, max_turn_tokens=40, max_total_tokens=70)
+    limits = RolloutSettings(max_turns=6, max_turn_tokens=40, max_total_tokens=70)
     (row,) = _roll(engine, sandbox, limits)
     assert engine.budgets == [40, 40, 10]  # the last turn only gets what the total cap leaves
     assert row["finish_reason"] == "total_token_cap" and row["num_tokens"] == 70
@@ -170,7 +171,7 @@ NOTEBOOK = ["```python\nn = 1\n```", "```python\nn += 1\nprint(n)\n```", "```pyt
 
 
 def test_a_notebook_three_cells_long(sandbox, always_sessions):
-    (row,) = _roll(ScriptedEngine(NOTEBOOK), sandbox, RolloutLimits(max_turns=3))
+    (row,) = _roll(ScriptedEngine(NOTEBOOK), sandbox, RolloutSettings(max_turns=3))
     assert _outputs(row) == ["", "2", "2"] and row["tool_status"] == ["ok"] * 3
     assert always_sessions == [["n = 1\n"]]
 
@@ -206,7 +207,7 @@ def test_a_trajectory_whose_cells_are_slow_gets_a_session_and_the_same_outputs(
     sandbox, sessions_opened, monkeypatch
 ):
     engine = ScriptedEngine([*(f"```python\n{cell}```" for cell in SLOW_NOTEBOOK), "\\boxed{2}"])
-    limits = RolloutLimits(max_turns=5)
+    limits = RolloutSettings(max_turns=5)
     with_sessions = _roll(engine, sandbox, limits, n=2)
     assert sessions_opened == [SLOW_NOTEBOOK[:1]] * 2  # opened at the second cell
     monkeypatch.setattr(rollout, "SESSION_OPEN_SECONDS", float("inf"))
@@ -219,7 +220,7 @@ def test_a_trajectory_whose_cells_are_slow_gets_a_session_and_the_same_outputs(
 
 def test_no_session_opens_for_a_trajectorys_last_possible_cell(sandbox, sessions_opened):
     engine = ScriptedEngine([f"```python\n{cell}```" for cell in SLOW_NOTEBOOK])
-    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=2))
+    (row,) = _roll(engine, sandbox, RolloutSettings(max_turns=2))
     assert sessions_opened == [] and row["tool_status"] == ["ok", "ok"]
 
 
@@ -227,7 +228,7 @@ def test_a_first_cell_that_raised_leaves_its_state(sandbox):
     engine = ScriptedEngine(
         ["```python\nx = 1\nraise ValueError\nx = 2\n```", "```python\nprint(x)\n```"]
     )
-    (row,) = _roll(engine, sandbox, RolloutLimits(max_turns=2))
+    (row,) = _roll(engine, sandbox, RolloutSettings(max_turns=2))
     assert row["tool_status"] == ["error", "ok"] and _outputs(row)[1] == "1"
 
 
@@ -246,13 +247,13 @@ def test_trajectories_have_sessions_of_their_own(sandbox, always_sessions):
     engine = ScriptedEngine(
         ["```python\npass\n```", "```python\nprint('v' in globals())\nv = 1\n```"]
     )
-    rows = _roll(engine, sandbox, RolloutLimits(max_turns=2), n=3)
+    rows = _roll(engine, sandbox, RolloutSettings(max_turns=2), n=3)
     assert [_outputs(row) for row in rows] == [["", "False"]] * 3
 
 
 def test_past_max_sessions_later_cells_rerun_their_history(sandbox, monkeypatch, always_sessions):
     monkeypatch.setattr(rollout, "MAX_SESSIONS", 1)
-    rows = _roll(ScriptedEngine(NOTEBOOK), sandbox, RolloutLimits(max_turns=3), n=2)
+    rows = _roll(ScriptedEngine(NOTEBOOK), sandbox, RolloutSettings(max_turns=3), n=2)
     assert [_outputs(row) for row in rows] == [["", "2", "2"]] * 2
     assert len(always_sessions) == 1
     assert sandbox_processes() == [] and ours() == []
@@ -268,7 +269,7 @@ def test_a_continued_rollout_reruns_its_prefixs_cells(sandbox, always_sessions):
     engine = ScriptedEngine([first, "```python\nprint(x)\n```", "```python\nprint(x + 1)\n```"])
     prefix = RolloutPrefix(PROBLEM, messages)
     (row,) = continue_rollouts(
-        engine, [prefix], SamplingParams(), RolloutLimits(max_turns=3), sandbox
+        engine, [prefix], SamplingParams(), RolloutSettings(max_turns=3), sandbox
     )
     # The first new cell re-runs the prefix's silently, in the session it opens, as the
     # re-run program does; the next runs once there.
@@ -293,10 +294,10 @@ class FailingEngine(ScriptedEngine):
 def test_sessions_are_closed_when_the_rollout_ends_or_fails(sandbox, always_sessions):
     daemon = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)"
     script = ["```python\nx = 1\n```", f"```python\n{daemon}\n```", "```python\nprint(x)\n```"]
-    _roll(ScriptedEngine(script), sandbox, RolloutLimits(max_turns=3), n=2)
+    _roll(ScriptedEngine(script), sandbox, RolloutSettings(max_turns=3), n=2)
     assert sandbox_processes() == [] and ours() == []
     with pytest.raises(RuntimeError, match="interrupted"):
-        _roll(FailingEngine(script, fail_at=3), sandbox, RolloutLimits(max_turns=3), n=2)
+        _roll(FailingEngine(script, fail_at=3), sandbox, RolloutSettings(max_turns=3), n=2)
     assert sandbox_processes() == [] and ours() == []
 
 
@@ -329,7 +330,7 @@ PLANTING_CELL = (
     [([PLANTING_CELL, "I am not sure."], 6), ([PLANTING_CELL], 1), ([PLANTING_CELL], 3)],
 )
 def test_an_answer_planted_by_a_code_cell_is_never_the_trajectorys(sandbox, script, max_turns):
-    (row,) = _roll(ScriptedEngine(script), sandbox, RolloutLimits(max_turns=max_turns))
+    (row,) = _roll(ScriptedEngine(script), sandbox, RolloutSettings(max_turns=max_turns))
     outputs = [m["content"] for m in row["messages"] if m["role"] == "user"][1:]
     assert outputs and "\\boxed{42}" in outputs[0] and "The answer is 42." in outputs[0]
     assert row["final_answer"] != "42" and not row["correct"], row
@@ -376,3 +377,88 @@ def test_open_sessions_are_capped_by_the_pools_memory_beside_its_workers(monkeyp
     assert _capped(monkeypatch, 1 << 20, pool_memory_mb=4096, workers=2) == 14  # 16 - 2
     assert _capped(monkeypatch, 1 << 20, pool_memory_mb=512, workers=4) == 0
     assert _capped(monkeypatch, 1024, pool_memory_mb=1 << 20) == 64
+
+
+class TimedEngine(ScriptedEngine):
+    """A scripted engine whose calls take `seconds` and record when they ran, and seeds."""
+
+    def __init__(self, script, seconds: float):
+        super().__init__(script)
+        self.seconds = seconds
+        self.spans: list[tuple[float, float]] = []
+        self.seeds: list[int] = []
+
+    def generate(self, prompts, params: SamplingParams):
+        start = time.monotonic()
+        time.sleep(self.seconds)
+        self.seeds.append(params.seed)
+        out = super().generate(prompts, params)
+        self.spans.append((start, time.monotonic()))
+        return out
+
+
+@pytest.fixture
+def cell_batch_spans(monkeypatch):
+    """When each cell batch of the tool loop ran, as (start, end)."""
+    spans = []
+    run = rollout.WorkerPool.run
+
+    def timed(self, programs, *args, **kwargs):
+        start = time.monotonic()
+        results = run(self, programs, *args, **kwargs)
+        spans.append((start, time.monotonic()))
+        return results
+
+    monkeypatch.setattr(rollout.WorkerPool, "run", timed)
+    return spans
+
+
+def _overlaps(spans, others) -> bool:
+    return any(a < d and c < b for a, b in spans for c, d in others)
+
+
+SLOW_CELLS = [
+    "```python\nimport time\ntime.sleep(0.3)\nx = 20\n```",
+    "```python\nprint(x + 22)\n```",
+    "\\boxed{42}",
+]
+
+
+@pytest.mark.parametrize("waves", [1, 2, 3])
+def test_waves_give_the_same_trajectories_and_overlap_cells_with_generation(
+    sandbox, cell_batch_spans, waves
+):
+    engine = TimedEngine(SLOW_CELLS, seconds=0.2)
+    limits = RolloutSettings(waves=waves)
+    rows = run_rollouts(engine, [PROBLEM], "tool", 4, SamplingParams(seed=3), limits, sandbox)
+    cell_batches = list(cell_batch_spans)
+    baseline = _roll(ScriptedEngine(SLOW_CELLS), sandbox, n=4)
+    assert [r["messages"] for r in rows] == [r["messages"] for r in baseline]
+    assert all(r["correct"] and r["tool_status"] == ["ok", "ok"] for r in rows)
+    assert len(engine.spans) == 3 * waves and len(cell_batches) == 2 * waves
+    # One cell batch at a time, whatever the waves.
+    batches = sorted(cell_batches)
+    assert all(end <= start for (_, end), (start, _) in zip(batches, batches[1:], strict=False))
+    # Waves: a wave's cells run while another wave generates; one wave: never.
+    assert _overlaps(engine.spans, cell_batches) == (waves > 1)
+    # Each wave's turn samples with its own seed.
+    first_turn = engine.seeds[:waves]
+    assert first_turn == [3 + rollout.WAVE_SEED_STRIDE * w for w in range(waves)]
+
+
+def test_an_error_in_one_waves_turn_stops_the_other_waves_cells(sandbox):
+    class FailingEngine(ScriptedEngine):
+        def generate(self, prompts, params):
+            if len(self.budgets) == 1:  # wave 1's first turn, while wave 0's cells run
+                raise RuntimeError("engine died")
+            return super().generate(prompts, params)
+
+    engine = FailingEngine(["```python\nimport time\ntime.sleep(30)\n```"])
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="engine died"):
+        run_rollouts(
+            engine, [PROBLEM], "tool", 2, SamplingParams(), RolloutSettings(waves=2), sandbox
+        )
+    # wave 0's sleeping cell was killed, not awaited until its 10 s wall limit
+    assert time.monotonic() - started < 5
+    assert sandbox_processes() == [] and ours() == []

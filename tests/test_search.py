@@ -243,7 +243,7 @@ def _counting_model(monkeypatch, turns_of_completion: int = 3):
     """A ToolStepModel whose rollouts are stubbed: every continuation is one 5-token turn, a
     completion `turns_of_completion` turns in all; the stubs record their calls."""
     from reasonrl import tool_steps
-    from reasonrl.rollout import RolloutLimits
+    from reasonrl.rollout import RolloutSettings
 
     calls = []
 
@@ -263,7 +263,7 @@ def _counting_model(monkeypatch, turns_of_completion: int = 3):
     model = tool_steps.ToolStepModel.__new__(tool_steps.ToolStepModel)
     model.section = {"temperature": 0.7, "top_p": 1.0, "style": "tool"}
     model.engine = model.sandbox = None
-    model.limits = RolloutLimits(4, 512, 2048)
+    model.limits = RolloutSettings(4, 512, 2048)
     return model.for_problems([{"id": "p0"}, {"id": "p1"}], seed=0), calls
 
 

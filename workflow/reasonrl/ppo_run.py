@@ -41,7 +41,7 @@ from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import atomic_path
 from reasonrl.rewards.sequence import SequenceScorer
-from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.sequences import action_logps
 from reasonrl.training.filtration import (
@@ -217,7 +217,7 @@ class PPORun:
         self.train_problems = problems[: len(problems) - held]
         self.heldout = problems[len(problems) - held :]
         self.sandbox = Sandbox.from_config(config["sandbox"])
-        self.limits = RolloutLimits.from_config(config["rollout"])
+        self.limits = RolloutSettings.from_config(config["rollout"])
         self.processes = data_parallel_processes()
         self.steps_per_iteration = steps_per_iteration(variant, s, self.processes)
         self.best_path = Path(ckpt) / "best.pt"

@@ -11,12 +11,19 @@ history as the program would, and each later one runs once. A session's cell pri
 re-run program prints, so sessions change no rollout, only its time. A trajectory's session is
 closed when it ends, and every session when the rollout ends (on an exception too);
 session_cap caps those open at once.
+
+With rollout.waves > 1 the trajectories are split into that many waves that take turns: a
+wave's cells run in the sandbox (on a thread of ours: the pool only waits on its
+sandboxes) while the next wave generates, so the engine does not stand idle while cells
+run, nor the sandbox while the engine generates. One cell batch runs at a time, so the
+pool's worker and memory caps hold. A wave's turn samples with its own seed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import resource
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
@@ -48,16 +55,20 @@ _DESCRIPTORS_PER_SESSION = 16  # about ten, with room for the rest of the proces
 # the bench, against 1.92x at 0.1 s. With max_turns 2, as in CI's fixtures, no session
 # ever opens: a second cell is a trajectory's last.
 SESSION_OPEN_SECONDS = 0.1
+# A wave's sampling seed is offset from the others' by this much per wave (a prime, past any
+# turn's offset and any call's prompt count) so that waves draw independent samples.
+WAVE_SEED_STRIDE = 104_729
 
 
 @dataclass
-class RolloutLimits:
+class RolloutSettings:
     max_turns: int = 6
     max_turn_tokens: int = 512
     max_total_tokens: int = 2048
+    waves: int = 1  # groups of trajectories taking turns, one's cells run while another generates
 
     @classmethod
-    def from_config(cls, section: dict) -> RolloutLimits:
+    def from_config(cls, section: dict) -> RolloutSettings:
         return cls(**section)
 
 
@@ -101,7 +112,7 @@ def run_rollouts(
     style: str,
     samples_per_problem: int,
     params: SamplingParams,
-    limits: RolloutLimits,
+    limits: RolloutSettings,
     sandbox,
     policy: str = "",
 ) -> list[dict]:
@@ -118,7 +129,7 @@ def continue_rollouts(
     engine: GenerationEngine,
     prefixes: list[RolloutPrefix],
     params: SamplingParams,
-    limits: RolloutLimits,
+    limits: RolloutSettings,
     sandbox,
     policy: str = "",
 ) -> list[dict]:
@@ -145,17 +156,18 @@ def continue_rollouts(
 def _roll(engine, states: list[_State], params, limits, sandbox, policy: str) -> list[dict]:
     # Each turn's batch runs as the pool runs any (in zygotes if it has more programs than
     # workers): the same programs, so the same outputs, as without sessions.
-    with engine.conversation():
+    waves = _waves(states, limits.waves)
+    with engine.conversation(calls=len(waves)):
         try:
-            for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
-                for state in states:
-                    if state.finish_reason is None and state.turns >= limits.max_turns:
-                        state.finish_reason = "max_turns"
-                _close_sessions([s for s in states if s.finish_reason is not None])
-                live = [s for s in states if s.finish_reason is None]
-                if not live:
-                    break
-                _advance(engine, live, params, limits, sandbox, turn)
+            with _CellRunner(sandbox) as cells:
+                for turn in tqdm(range(limits.max_turns), desc="turns", leave=False):
+                    took = [
+                        _take_turn(engine, w, wave, states, params, limits, sandbox, turn, cells)
+                        for w, wave in enumerate(waves)
+                    ]
+                    if not any(took):
+                        break
+                cells.finish_all()
         finally:
             _close_sessions(states)
     for state in states:
@@ -170,7 +182,36 @@ def _roll(engine, states: list[_State], params, limits, sandbox, policy: str) ->
     ]
 
 
-def _advance(engine, live, params, limits, sandbox, turn) -> None:
+def _waves(states: list[_State], waves: int) -> list[list[_State]]:
+    """`waves` contiguous groups of the trajectories (fewer when there are fewer of them)."""
+    waves = max(1, min(waves, len(states)))
+    return [states[w * len(states) // waves : (w + 1) * len(states) // waves] for w in range(waves)]
+
+
+def _take_turn(engine, w, wave, states, params, limits, sandbox, turn, cells) -> bool:
+    """Wave `w`'s turn: take its cells' outputs from its last turn, then generate its next
+    model turns and start their cells. Whether it had a live trajectory."""
+    cells.finish(w)
+    for state in wave:
+        if state.finish_reason is None and state.turns >= limits.max_turns:
+            state.finish_reason = "max_turns"
+    _close_sessions([s for s in wave if s.finish_reason is not None])
+    live = [s for s in wave if s.finish_reason is None]
+    if live:
+        wave_params = SamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            seed=params.seed + WAVE_SEED_STRIDE * w,
+        )
+        to_run = _generate_turn(engine, live, wave_params, limits, turn)
+        _close_sessions([s for s in live if s.finish_reason is not None])  # zygotes are free
+        cells.start(w, to_run, _cell_programs(to_run, sandbox, states, limits))
+    return bool(live)
+
+
+def _generate_turn(engine, live, params, limits, turn) -> list[tuple[_State, str]]:
+    """Generate the live trajectories' next model turn (one call per token budget); the
+    trajectories that wrote a cell, with it."""
     by_budget: dict[int, list[_State]] = {}
     for state in live:
         budget = min(limits.max_turn_tokens, limits.max_total_tokens - state.tokens)
@@ -208,22 +249,59 @@ def _advance(engine, live, params, limits, sandbox, turn) -> None:
                 state.finish_reason = "eos"
             else:
                 to_run.append((state, code))
-    _close_sessions([s for s in live if s.finish_reason is not None])  # their zygotes are free
-    programs = _cell_programs(to_run, sandbox, live, limits)
-    for (state, code), result in zip(to_run, WorkerPool(sandbox).run(programs), strict=True):
-        if state.session is None:  # it re-ran every cell so far
-            state.rerun_seconds = result.duration
-        state.cells.append(code)
-        state.tool_status.append(result.status)
-        state.messages.append(output_turn(result.output))
+    return to_run
+
+
+class _CellRunner:
+    """Runs each wave's cell batch on a thread of its own, one batch at a time (in the order
+    started), and hands its outputs to the trajectories when the wave's next turn asks."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.pool = WorkerPool(sandbox)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cells")
+        self._running: dict[int, tuple[list[tuple[_State, str]], Future]] = {}
+
+    def __enter__(self) -> _CellRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancel()
+
+    def start(self, wave: int, to_run: list[tuple[_State, str]], programs: list[Program]) -> None:
+        if to_run:
+            self._running[wave] = (to_run, self._thread.submit(self.pool.run, programs))
+
+    def finish(self, wave: int) -> None:
+        """Wait for the wave's cells, then append their outputs to its trajectories."""
+        if wave not in self._running:
+            return
+        to_run, batch = self._running.pop(wave)
+        for (state, code), result in zip(to_run, batch.result(), strict=True):
+            if state.session is None:  # it re-ran every cell so far
+                state.rerun_seconds = result.duration
+            state.cells.append(code)
+            state.tool_status.append(result.status)
+            state.messages.append(output_turn(result.output))
+
+    def finish_all(self) -> None:
+        for wave in sorted(self._running):
+            self.finish(wave)
+
+    def cancel(self) -> None:
+        """Stop what still runs (on an exception) and return once no sandbox of it is left."""
+        self.pool.cancel()
+        for _, batch in self._running.values():
+            batch.cancel()
+        self._thread.shutdown(wait=True, cancel_futures=True)
+        self._running.clear()
 
 
 def _cell_programs(
-    to_run: list[tuple[_State, str]], sandbox, live: list[_State], limits: RolloutLimits
+    to_run: list[tuple[_State, str]], sandbox, states: list[_State], limits: RolloutSettings
 ) -> list[Program]:
     """Each cell's program: the cell after its trajectory's earlier ones re-run, or the
     cell in the trajectory's session, opened here where a session pays (see needs_session)."""
-    open_sessions = sum(state.session is not None for state in live)
+    open_sessions = sum(state.session is not None for state in states)
     cap = session_cap(sandbox)
     programs = []
     for state, code in to_run:
@@ -237,7 +315,7 @@ def _cell_programs(
     return programs
 
 
-def needs_session(state: _State, limits: RolloutLimits) -> bool:
+def needs_session(state: _State, limits: RolloutSettings) -> bool:
     """Whether the trajectory's next cell should open a session: its first cell there re-runs
     the history as the program would (plus the opening), so it pays from the cell after on,
     which must be possible (a turn left), and only if re-running costs more than opening."""

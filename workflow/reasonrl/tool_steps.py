@@ -15,7 +15,7 @@ from reasonrl.generation import SamplingParams
 from reasonrl.rewards.models import load_reward_model
 from reasonrl.rewards.scoring import score_steps, step_classes
 from reasonrl.rewards.steps import trajectory_steps
-from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts, run_rollouts
+from reasonrl.rollout import RolloutPrefix, RolloutSettings, continue_rollouts, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.tasks import prompt_messages
 
@@ -33,7 +33,7 @@ class ToolStepModel:
         self.config, self.engine = config, engine
         self.section, self.seed = section, config["seed"]
         self.sandbox = Sandbox.from_config(config["sandbox"])
-        self.limits = RolloutLimits.from_config(config["rollout"])
+        self.limits = RolloutSettings.from_config(config["rollout"])
         self.prm, self.tokenizer, info = load_reward_model(prm_folder, config["policy"]["dtype"])
         self.labels = info["labels"]
         self.problems: list[dict] = []
@@ -68,7 +68,7 @@ class ToolStepModel:
         for j, path in enumerate(paths):
             by_turns.setdefault(len(path), []).append(j)
         for turns, members in by_turns.items():
-            limits = RolloutLimits(
+            limits = RolloutSettings(
                 turns + 1, self.limits.max_turn_tokens, self.limits.max_total_tokens
             )
             prefixes = [
@@ -133,7 +133,7 @@ class ToolStepModel:
         for j, left in enumerate(calls_left):
             by_cap.setdefault(min(left, self.limits.max_turns), []).append(j)
         for cap, members in by_cap.items():
-            limits = RolloutLimits(cap, self.limits.max_turn_tokens, self.limits.max_total_tokens)
+            limits = RolloutSettings(cap, self.limits.max_turn_tokens, self.limits.max_total_tokens)
             problems = [self.problems[ids[j]] for j in members]
             style = self.section["style"]
             rows = run_rollouts(self.engine, problems, style, 1, params, limits, self.sandbox)

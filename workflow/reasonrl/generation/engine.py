@@ -35,10 +35,12 @@ class GenerationEngine(Protocol):
         """Complete each rendered prompt; results in prompt order."""
         ...
 
-    def conversation(self) -> AbstractContextManager:
+    def conversation(self, calls: int = 1) -> AbstractContextManager:
         """A scope whose generate calls continue each other (a multi-turn rollout: each
-        prompt extends an earlier prompt and its completion, the weights stay fixed), so an
-        engine may reuse the shared prefixes' key/value states instead of encoding them again."""
+        prompt extends a prompt of one of the last `calls` calls and its completion, the
+        weights stay fixed), so an engine may reuse the shared prefixes' key/value states
+        instead of encoding them again. The tool loop's waves take turns: `calls` is their
+        number."""
         ...
 
     def sequence_logps(self, seqs: list) -> list[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -30,7 +31,8 @@ class HFEngine:
         self.batch_size = batch_size
         self.eos_ids = end_of_turn_ids(tokenizer)
         self.prefix_cache_bytes = prefix_cache_mb * 2**20
-        self._previous: PrefixStore | None = None  # the last call's rows, inside a conversation
+        # Inside a conversation: the rows of its last calls (as many as it continues).
+        self._previous: deque[PrefixStore] | None = None
         self.reused_tokens = 0  # prompt tokens taken from kept states instead of encoded
 
     @classmethod
@@ -41,11 +43,12 @@ class HFEngine:
         return cls(model, tokenizer, batch_size, prefix_cache_mb)
 
     @contextmanager
-    def conversation(self) -> Iterator[None]:
-        """Calls inside continue earlier ones (same weights, prompts that extend the last
-        call's prompts and completions): each call keeps its rows' key/value states, up to
-        generation.prefix_cache_mb, and the next call encodes only what is new."""
-        self._previous = PrefixStore(0)
+    def conversation(self, calls: int = 1) -> Iterator[None]:
+        """Calls inside continue earlier ones (same weights, prompts that extend the prompts
+        and completions of one of the last `calls` calls): each call keeps its rows'
+        key/value states, up to generation.prefix_cache_mb over those calls, and a later
+        call encodes only what is new."""
+        self._previous = deque(maxlen=calls)
         try:
             yield
         finally:
@@ -56,7 +59,7 @@ class HFEngine:
         """Replace the model's weights in place (the running engine keeps its tokenizer)."""
         self.model.load_state_dict(state_dict)
         if self._previous is not None:
-            self._previous = PrefixStore(0)  # states of the old weights are not reused
+            self._previous.clear()  # states of the old weights are not reused
 
     def sequence_logps(self, seqs: list[MaskedSequence]) -> list[float]:
         """Summed log-probs of each sequence's masked tokens under the current weights."""
@@ -75,23 +78,30 @@ class HFEngine:
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
         previous = self._previous
-        kept = None if previous is None else PrefixStore(self.prefix_cache_bytes)
+        store = PrefixStore.union(previous or ())
+        kept = None
+        if previous is not None:
+            kept = PrefixStore(self.prefix_cache_bytes // previous.maxlen)
         starts = range(0, len(order), self.batch_size)
         for batch_no, start in enumerate(tqdm(starts, desc="generate", leave=False)):
             idx = order[start : start + self.batch_size]
-            batch = self._generate_batch([prompts[i] for i in idx], params, batch_no, kept)
+            batch = self._generate_batch([prompts[i] for i in idx], params, batch_no, store, kept)
             for i, completion in zip(idx, batch, strict=True):
                 results[i] = completion
         if kept is not None:
-            self._previous = kept
+            previous.append(kept)
         return results
 
     @torch.inference_mode()
     def _generate_batch(
-        self, prompts: list[str], params: SamplingParams, batch_no: int, kept: PrefixStore | None
+        self,
+        prompts: list[str],
+        params: SamplingParams,
+        batch_no: int,
+        store: PrefixStore,
+        kept: PrefixStore | None,
     ) -> list[Completion]:
         ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
-        store = self._previous or PrefixStore(0)
         inputs = store.batch(ids, self.tokenizer.pad_token_id)
         self.reused_tokens += inputs.reused_tokens
         enc = on_model_device(

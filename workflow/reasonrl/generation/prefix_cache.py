@@ -14,6 +14,7 @@ zero-masked slots and the new tokens follow it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,13 +53,21 @@ def reusable(cache) -> bool:
 
 
 class PrefixStore:
-    """The rows of one generate call, kept (up to `budget_bytes`) for the next call."""
+    """The rows of one generate call, kept (up to `budget_bytes`) for a later call."""
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
         self.rows: list[KeptRow] = []
         self._ids = np.zeros((0, 0), dtype=np.int64)
         self._used = 0
+
+    @classmethod
+    def union(cls, stores: Iterable[PrefixStore]) -> PrefixStore:
+        """One store to look prefixes up in, holding the rows of all of `stores` (shared)."""
+        union = cls(0)
+        union.rows = [row for store in stores for row in store.rows]
+        union._ids = _id_matrix([row.ids for row in union.rows])
+        return union
 
     def keep(self, sequences: torch.Tensor, attention_mask: torch.Tensor, cache) -> None:
         """Keep each row of a finished batch: `sequences` and `attention_mask` cover the

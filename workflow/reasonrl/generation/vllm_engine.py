@@ -77,7 +77,7 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
 
-    def conversation(self) -> AbstractContextManager:
+    def conversation(self, calls: int = 1) -> AbstractContextManager:
         """vLLM's automatic prefix caching already reuses shared prefixes across calls."""
         return nullcontext()
 

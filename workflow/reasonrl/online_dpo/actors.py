@@ -210,7 +210,7 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
     `scorer`, with their log-probs under the sampling policy (the denominator of Proximal
     RLOO's ratio) taken on the token ids it sampled."""
     from reasonrl.generation import SamplingParams
-    from reasonrl.rollout import RolloutLimits, run_rollouts
+    from reasonrl.rollout import RolloutSettings, run_rollouts
     from reasonrl.sequences import sampled_trajectory
     from reasonrl.training.online_dpo import sample_reward
 
@@ -227,7 +227,7 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
         spec.style,
         section["samples_per_prompt"],
         params,
-        RolloutLimits.from_config(config["rollout"]),
+        RolloutSettings.from_config(config["rollout"]),
         sandbox,
         policy=f"round{round_no}",
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from reasonrl.generation import GenerationEngine, SamplingParams
 from reasonrl.rewards.steps import NEGATIVE, POSITIVE, trajectory_steps
-from reasonrl.rollout import RolloutLimits, RolloutPrefix, continue_rollouts
+from reasonrl.rollout import RolloutPrefix, RolloutSettings, continue_rollouts
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def annotate(
     solutions: list[dict],
     engine: GenerationEngine,
     sandbox,
-    limits: RolloutLimits,
+    limits: RolloutSettings,
     completions: int,
     params: SamplingParams,
     splitter: str,

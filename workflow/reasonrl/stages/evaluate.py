@@ -13,7 +13,7 @@ from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.io import read_jsonl, write_csv, write_json, write_jsonl
 from reasonrl.manifest import Provenance, scheduler_provenance
 from reasonrl.metrics import metrics_rows, summarize
-from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.shards import ONE_JOB, ShardStore, Split, fingerprint, shard_seed
 from reasonrl.tasks.arith import copy_summary
@@ -66,7 +66,7 @@ def policy_trajectories(
         lambda: make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
     )
     sandbox = Sandbox.from_config(config["sandbox"])
-    limits = RolloutLimits.from_config(config["rollout"])
+    limits = RolloutSettings.from_config(config["rollout"])
     seed = config["seed"]
 
     def shard(part: list[dict], index: int) -> dict[str, list]:

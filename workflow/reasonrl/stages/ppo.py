@@ -28,7 +28,7 @@ from reasonrl.ppo_run import (
     strategy_rows,
 )
 from reasonrl.rewards.sequence import SequenceScorer
-from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tables import frame, write_table
@@ -132,7 +132,7 @@ def ppo_r2(
         section["style"],
         n,
         SamplingParams(temperature=section["temperature"], top_p=1.0, seed=seed + 5),
-        RolloutLimits.from_config(config["rollout"]),
+        RolloutSettings.from_config(config["rollout"]),
         Sandbox.from_config(config["sandbox"]),
         Path(model).name,
     )

@@ -154,7 +154,7 @@ def sample_round(
     policy gets its own seed stream.
     """
     from reasonrl.generation import SamplingParams, make_engine
-    from reasonrl.rollout import RolloutLimits, run_rollouts
+    from reasonrl.rollout import RolloutSettings, run_rollouts
     from reasonrl.sandbox import Sandbox
     from reasonrl.shards import ShardStore, fingerprint, shard_seed
 
@@ -167,7 +167,7 @@ def sample_round(
     )
     problems = read_jsonl(prompts_path, schema="problem")
     sandbox = Sandbox.from_config(config["sandbox"])
-    limits = RolloutLimits.from_config(config["rollout"])
+    limits = RolloutSettings.from_config(config["rollout"])
     generation = config["generation"]
     stamp = fingerprint(
         "sample-round", provenance.config, provenance.hashes, samplers, round_no, style

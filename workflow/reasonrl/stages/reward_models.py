@@ -33,7 +33,7 @@ from reasonrl.rewards.steps import (
     to_rlhflow,
 )
 from reasonrl.rewards.trainers import TRAINERS
-from reasonrl.rollout import RolloutLimits, run_rollouts
+from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.search import (
     best_of_n_groups,
@@ -83,7 +83,7 @@ def sample_rm_data(
     if not problems:
         raise ReasonRLError(f"{problems_path}: no problems to sample")
     engine = _engine(config, model)
-    limits = RolloutLimits.from_config(config["rollout"])
+    limits = RolloutSettings.from_config(config["rollout"])
     sandbox = Sandbox.from_config(config["sandbox"])
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
@@ -131,7 +131,7 @@ def annotate_prm(
     chosen = [s for s in samples if s["sample"] < keep]
     engine = _engine(config, model)
     sandbox = Sandbox.from_config(config["sandbox"])
-    limits = RolloutLimits.from_config(config["rollout"])
+    limits = RolloutSettings.from_config(config["rollout"])
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
         rows, stats = annotate(
@@ -316,7 +316,7 @@ def best_of_n(
     n_max = max(section["best_of_n"]["n"])
     engine = _engine(config, policy)
     sandbox = Sandbox.from_config(config["sandbox"])
-    limits = RolloutLimits.from_config(config["rollout"])
+    limits = RolloutSettings.from_config(config["rollout"])
     style = section["style"]
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
