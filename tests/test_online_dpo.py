@@ -219,6 +219,39 @@ def _logged_kl(setup: tuple[dict, Path], payload: dict, reference, tokenizer) ->
     return learner.step_metrics["kl"]
 
 
+def test_ppo_critic_values_are_shared_out_over_the_processes(online_setup, monkeypatch):
+    """Each process computes the critic's values of its share of a step's micro-batches and
+    receives the others' (not every process all of them)."""
+    from reasonrl.models import load_policy
+    from reasonrl.online_dpo import learner as learner_module
+    from reasonrl.training.reference import Reference
+
+    reference, tokenizer = load_policy(online_setup[1] / "policy")
+    payload = _sample_round(online_setup, reference, tokenizer, seed=0, loss="ppo")
+    shared = []
+
+    def two_processes(fn, items):  # process 0 of 2: its half, then the other's as received
+        half = (len(items) + 1) // 2
+        shared.append(len(items))
+        return fn(items[:half]) + fn(items[half:])
+
+    monkeypatch.setattr(learner_module, "gathered_over_processes", two_processes)
+    evaluated = []
+
+    def evaluate(fn, batch):
+        evaluated.append(batch["input_ids"].shape[0])
+        return torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1)
+
+    section = {**online_setup[0]["online_dpo"], **SAMPLED, "loss": "ppo", "micro_batch_prompts": 4}
+    frozen = Reference.frozen(reference)
+    learner = learner_module.Learner(None, None, Schedule(1, 1, False), section, tokenizer, frozen)
+    batches = learner.micro_batches(payload, 0, 0.0, evaluate=evaluate)
+    rows = section["prompts_per_step"] * section["samples_per_prompt"]
+    assert shared == [rows, len(batches)]  # the reference's rows, then the critic's batches
+    assert len(batches) > 1 and sum(evaluated) == rows
+    assert all("advantages" in batch and "old_values" in batch for batch in batches)
+
+
 def test_logged_kl_is_zero_for_the_reference_and_not_negative_after_training(online_setup):
     """KL(policy || reference) on the policy's own samples is >= 0 in expectation. The logged
     one was negative (-9 nats per sample in the bench): it scored the samples' re-encoded

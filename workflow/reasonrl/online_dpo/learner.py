@@ -244,7 +244,10 @@ class Learner:
             for s in spans
         ]
         if self.section["loss"] == "ppo":
-            values = [evaluate(critic_values, batch) for batch in batches]
+            # each process its share of the micro-batches; every one receives all values
+            values = gathered_over_processes(
+                lambda part: [evaluate(critic_values, batch) for batch in part], batches
+            )
             settings = online_ppo_settings(self.section["beta"], self.section["clip"])
             add_ppo_targets(batches, values, settings)
         self.step_metrics = self._metrics(payload, step, rows, ref, seqs, waited)
