@@ -18,7 +18,7 @@ from test_sandbox_battery import children_of
 
 from reasonrl.cgroups import memory_parent, owner_is_gone
 from reasonrl.pool import Program, WorkerPool
-from reasonrl.sandbox import Sandbox, SandboxLimits
+from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -122,6 +122,21 @@ def test_cancel_stops_running_and_pending_programs(assert_nothing_left):
     assert pool.run(["print(1)"])[0].status == "ok"  # the next batch is not cancelled
 
 
+def test_a_callers_token_cancels_a_batch_even_before_it_starts(assert_nothing_left):
+    pool = WorkerPool(Sandbox(LIMITS), workers=2)
+    token = CancelToken()
+    try:
+        token.cancel()  # as a caller on another thread may, before the batch is under way
+        started = time.monotonic()
+        results = pool.run(["import time\ntime.sleep(30)"] * 3, cancel=token)
+        assert [r.status for r in results] == ["cancelled"] * 3
+        assert time.monotonic() - started < 2
+        assert_nothing_left()
+    finally:
+        token.close()  # the caller's, not the pool's: still open after the batch
+    assert pool.run(["print(1)"])[0].status == "ok"
+
+
 def test_batch_deadline_cancels_what_has_not_finished(assert_nothing_left):
     programs = ["print('quick')", "print('quick')"] + ["import time\ntime.sleep(30)"] * 4
     started = time.monotonic()
@@ -148,7 +163,7 @@ def test_interrupted_caller_leaves_no_process_or_zombie(interrupt, assert_nothin
 CALLER = """
 import sys
 from reasonrl.pool import WorkerPool
-from reasonrl.sandbox import Sandbox, SandboxLimits
+from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits
 pool = WorkerPool(Sandbox(SandboxLimits(wall_seconds=60)), workers=3)
 print("started", flush=True)
 pool.run(["import os, time\\nif os.fork() == 0:\\n    os.setsid()\\ntime.sleep(60)"] * 6)

@@ -239,7 +239,7 @@ def test_hgs_labels_a_turn_by_the_prm_verdict_on_its_last_line(monkeypatch):
     assert read == [("Q", ["Intro.", "```python\nx = 3", "print(x)\n```\n```output\n3\n```"])]
 
 
-def _counting_model(monkeypatch, turns_of_completion: int = 3):
+def _counting_model(monkeypatch, turns_of_completion: int = 3, waves: int = 1):
     """A ToolStepModel whose rollouts are stubbed: every continuation is one 5-token turn, a
     completion `turns_of_completion` turns in all; the stubs record their calls."""
     from reasonrl import tool_steps
@@ -248,13 +248,13 @@ def _counting_model(monkeypatch, turns_of_completion: int = 3):
     calls = []
 
     def fake_continue(engine, prefixes, params, limits, sandbox):
-        calls.append(("continue", len(prefixes), limits.max_turns, params.seed))
+        calls.append(("continue", len(prefixes), limits.max_turns, params.seed, limits.waves))
         turns = limits.max_turns if params.temperature else turns_of_completion
         return [{"messages": [], "finish_reason": "max_turns", "num_turns": turns,
                  "num_tokens": 5} for _ in prefixes]  # fmt: skip
 
     def fake_run(engine, problems, style, n, params, limits, sandbox):
-        calls.append(("run", len(problems), limits.max_turns, params.seed))
+        calls.append(("run", len(problems), limits.max_turns, params.seed, limits.waves))
         return [{"num_turns": limits.max_turns, "num_tokens": 7} for _ in problems]
 
     monkeypatch.setattr(tool_steps, "continue_rollouts", fake_continue)
@@ -263,7 +263,7 @@ def _counting_model(monkeypatch, turns_of_completion: int = 3):
     model = tool_steps.ToolStepModel.__new__(tool_steps.ToolStepModel)
     model.section = {"temperature": 0.7, "top_p": 1.0, "style": "tool"}
     model.engine = model.sandbox = None
-    model.limits = RolloutSettings(4, 512, 2048)
+    model.limits = RolloutSettings(4, 512, 2048, waves=waves)
     return model.for_problems([{"id": "p0"}, {"id": "p1"}], seed=0), calls
 
 
@@ -296,6 +296,13 @@ def test_matched_samples_spend_exactly_each_problems_budget_at_hgs_temperature(m
     model.expand([0], [[]], 0)
     seeds = [c[3] for c in calls]
     assert len(set(seeds[:3])) == 2 and seeds[3] not in seeds[:3]
+
+
+def test_search_and_matched_rollouts_keep_the_configs_waves(monkeypatch):
+    model, calls = _counting_model(monkeypatch, waves=3)
+    model.expand([0, 1], [[], [{"messages": []}]], 0)
+    sample_to_budget([2, 1], model.sample)
+    assert calls and {c[4] for c in calls} == {3}
 
 
 def test_matched_sampling_refuses_a_sample_over_the_budget():

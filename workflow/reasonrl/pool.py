@@ -67,17 +67,20 @@ class WorkerPool:
         programs: Sequence[str | Program],
         deadline_seconds: float | None = None,
         progress: str | None = None,
+        cancel: CancelToken | None = None,
     ) -> list[SandboxResult]:
         """Run a batch; results in input order.
 
         deadline_seconds: the whole batch's time; what has not finished by then is
         "cancelled". progress: a description to show a progress bar with (None: no bar).
+        cancel: a token of the caller's (which it closes) that cancels the batch too, even
+        one cancelled before the batch started (every program then ends "cancelled").
         """
         items = [p if isinstance(p, Program) else Program(p) for p in programs]
         if not items:
             return []
         deadline = None if deadline_seconds is None else time.monotonic() + deadline_seconds
-        token = CancelToken()
+        token = cancel or CancelToken()
         with self._lock:
             self._token = token
         try:
@@ -88,7 +91,8 @@ class WorkerPool:
         finally:
             with self._lock:
                 self._token = None
-            token.close()
+            if cancel is None:
+                token.close()
 
     def _run_batch(
         self, items: list[Program], token: CancelToken, deadline: float | None, progress

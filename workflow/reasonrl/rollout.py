@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import resource
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ from tqdm import tqdm
 from reasonrl.chat import CODE_BLOCK, render
 from reasonrl.generation import GenerationEngine, SamplingParams
 from reasonrl.pool import Program, WorkerPool
-from reasonrl.sandbox import Sandbox, Session, program_with_history
+from reasonrl.sandbox import CancelToken, Sandbox, Session, program_with_history
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 from reasonrl.tasks.tool_turns import output_turn
 
@@ -55,6 +56,7 @@ _DESCRIPTORS_PER_SESSION = 16  # about ten, with room for the rest of the proces
 # the bench, against 1.92x at 0.1 s. With max_turns 2, as in CI's fixtures, no session
 # ever opens: a second cell is a trajectory's last.
 SESSION_OPEN_SECONDS = 0.1
+_POLL_SECONDS = 0.2  # how long a wait for cells goes before it lets an interrupt through
 # A wave's sampling seed is offset from the others' by this much per wave (a prime, past any
 # turn's offset and any call's prompt count) so that waves draw independent samples.
 WAVE_SEED_STRIDE = 104_729
@@ -258,6 +260,8 @@ class _CellRunner:
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.pool = WorkerPool(sandbox)
+        # Ours for every batch: cancelled, it stops a batch whether or not it has started.
+        self._token = CancelToken()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cells")
         self._running: dict[int, tuple[list[tuple[_State, str]], Future]] = {}
 
@@ -269,13 +273,17 @@ class _CellRunner:
 
     def start(self, wave: int, to_run: list[tuple[_State, str]], programs: list[Program]) -> None:
         if to_run:
-            self._running[wave] = (to_run, self._thread.submit(self.pool.run, programs))
+            batch = self._thread.submit(self.pool.run, programs, cancel=self._token)
+            self._running[wave] = (to_run, batch)
 
     def finish(self, wave: int) -> None:
         """Wait for the wave's cells, then append their outputs to its trajectories."""
         if wave not in self._running:
             return
         to_run, batch = self._running.pop(wave)
+        # in short slices, so that the caller's interrupts get through (as WorkerPool.run)
+        while not futures.wait([batch], timeout=_POLL_SECONDS).done:
+            pass
         for (state, code), result in zip(to_run, batch.result(), strict=True):
             if state.session is None:  # it re-ran every cell so far
                 state.rerun_seconds = result.duration
@@ -289,11 +297,10 @@ class _CellRunner:
 
     def cancel(self) -> None:
         """Stop what still runs (on an exception) and return once no sandbox of it is left."""
-        self.pool.cancel()
-        for _, batch in self._running.values():
-            batch.cancel()
+        self._token.cancel()
         self._thread.shutdown(wait=True, cancel_futures=True)
         self._running.clear()
+        self._token.close()
 
 
 def _cell_programs(

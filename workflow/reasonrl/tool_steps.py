@@ -10,6 +10,7 @@ a line break and resume a half-written turn; the rollout loop stops only at turn
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from reasonrl.generation import SamplingParams
 from reasonrl.rewards.models import load_reward_model
@@ -68,9 +69,7 @@ class ToolStepModel:
         for j, path in enumerate(paths):
             by_turns.setdefault(len(path), []).append(j)
         for turns, members in by_turns.items():
-            limits = RolloutSettings(
-                turns + 1, self.limits.max_turn_tokens, self.limits.max_total_tokens
-            )
+            limits = dataclasses.replace(self.limits, max_turns=turns + 1)
             prefixes = [
                 RolloutPrefix(self.problems[ids[j]], self._prefix(ids[j], paths[j]))
                 for j in members
@@ -133,7 +132,7 @@ class ToolStepModel:
         for j, left in enumerate(calls_left):
             by_cap.setdefault(min(left, self.limits.max_turns), []).append(j)
         for cap, members in by_cap.items():
-            limits = RolloutSettings(cap, self.limits.max_turn_tokens, self.limits.max_total_tokens)
+            limits = dataclasses.replace(self.limits, max_turns=cap)
             problems = [self.problems[ids[j]] for j in members]
             style = self.section["style"]
             rows = run_rollouts(self.engine, problems, style, 1, params, limits, self.sandbox)
