@@ -15,23 +15,19 @@ killed when the module's tests end, finished or not.
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
-import signal
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 
-def _start_worker(pids) -> None:
+def _start_worker() -> None:
     # before torch is imported: OpenMP and MKL read these as they start
     os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     import torch
 
     torch.set_num_threads(1)
-    pids.put(os.getpid())
 
 
 class SideBySide:
@@ -40,10 +36,7 @@ class SideBySide:
 
     def __init__(self, workers: int) -> None:
         context = multiprocessing.get_context("spawn")
-        self._pids = context.SimpleQueue()
-        self._executor = ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_start_worker, initargs=(self._pids,)
-        )
+        self._executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
 
     def submit(self, job: Callable[..., Any], *args: Any) -> Future:
         return self._executor.submit(job, *args)
@@ -51,14 +44,14 @@ class SideBySide:
     def close(self) -> None:
         """Stop every worker now, running jobs included (a job's own children die with it:
         the generator asks Linux for that, bwrap runs with --die-with-parent)."""
+        # Every worker the executor started (only submit() starts them, on this thread; the
+        # executor has no public kill). Each is killed: one killed while it holds the result
+        # queue's lock would leave any other stuck on it, and the interpreter's exit, which
+        # joins them, hung (a worker that had not yet reported its pid was missed so).
+        workers = list((self._executor._processes or {}).values())
         self._executor.shutdown(wait=False, cancel_futures=True)
-        workers = []
-        while not self._pids.empty():
-            workers.append(self._pids.get())
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        # active_children() polls, so reaps, this process's children that have ended
-        while any(child.pid in workers for child in multiprocessing.active_children()):
-            time.sleep(0.05)
+        for worker in workers:
+            worker.kill()
+        for worker in workers:
+            worker.join()
         self._executor.shutdown(wait=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -49,3 +51,25 @@ def test_close_stops_a_running_job_at_once(tmp_path):
     pool.close()
     assert time.monotonic() - started < 30
     assert not Path(f"/proc/{worker}").exists()  # killed and reaped
+
+
+CLOSE_WHILE_STARTING = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from side_by_side import SideBySide
+for _ in range(3):
+    pool = SideBySide(workers=2)
+    jobs = [pool.submit(os.getpid) for _ in range(2)]
+    jobs[0].result(timeout=120)
+    pool.close()  # the second worker may still be starting, or reporting
+"""
+
+
+def test_close_leaves_no_worker_for_the_exit_to_wait_on():
+    """A worker still starting when close() ran was missed, and the interpreter's exit, which
+    joins the executor's workers, waited on it for ever (a CI run hung so, 2026-11-28)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_WHILE_STARTING, str(Path(__file__).parent)],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
