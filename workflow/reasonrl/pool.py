@@ -26,7 +26,9 @@ from tqdm import tqdm
 
 from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult, Session
 
-_POLL_SECONDS = 0.2
+# How long a wait goes before it lets the caller's interrupts through (they may be only
+# flagged, as _thread.interrupt_main does, not signalled); the rollout's waits share it.
+POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,6 @@ def _wait_for(finished: queue.SimpleQueue) -> int:
     even when they are only flagged (as _thread.interrupt_main does), not signalled."""
     while True:
         try:
-            return finished.get(timeout=_POLL_SECONDS)
+            return finished.get(timeout=POLL_SECONDS)
         except queue.Empty:
             continue

@@ -25,13 +25,13 @@ import contextlib
 import resource
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tqdm import tqdm
 
 from reasonrl.chat import CODE_BLOCK, render
 from reasonrl.generation import GenerationEngine, SamplingParams
-from reasonrl.pool import Program, WorkerPool
+from reasonrl.pool import POLL_SECONDS, Program, WorkerPool
 from reasonrl.sandbox import CancelToken, Sandbox, Session, program_with_history
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 from reasonrl.tasks.tool_turns import output_turn
@@ -56,7 +56,6 @@ _DESCRIPTORS_PER_SESSION = 16  # about ten, with room for the rest of the proces
 # the bench, against 1.92x at 0.1 s. With max_turns 2, as in CI's fixtures, no session
 # ever opens: a second cell is a trajectory's last.
 SESSION_OPEN_SECONDS = 0.1
-_POLL_SECONDS = 0.2  # how long a wait for cells goes before it lets an interrupt through
 # A wave's sampling seed is offset from the others' by this much per wave (a prime, past any
 # turn's offset and any call's prompt count) so that waves draw independent samples.
 WAVE_SEED_STRIDE = 104_729
@@ -200,11 +199,7 @@ def _take_turn(engine, w, wave, states, params, limits, sandbox, turn, cells) ->
     _close_sessions([s for s in wave if s.finish_reason is not None])
     live = [s for s in wave if s.finish_reason is None]
     if live:
-        wave_params = SamplingParams(
-            temperature=params.temperature,
-            top_p=params.top_p,
-            seed=params.seed + WAVE_SEED_STRIDE * w,
-        )
+        wave_params = replace(params, seed=params.seed + WAVE_SEED_STRIDE * w)
         to_run = _generate_turn(engine, live, wave_params, limits, turn)
         _close_sessions([s for s in live if s.finish_reason is not None])  # zygotes are free
         cells.start(w, to_run, _cell_programs(to_run, sandbox, states, limits))
@@ -227,12 +222,8 @@ def _generate_turn(engine, live, params, limits, turn) -> list[tuple[_State, str
             render(engine.tokenizer, s.messages, add_generation_prompt=True) + s.partial
             for s in group
         ]
-        turn_params = SamplingParams(
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_new_tokens=budget,
-            stop=STOP,
-            seed=params.seed + 7919 * turn,
+        turn_params = replace(
+            params, max_new_tokens=budget, stop=STOP, seed=params.seed + 7919 * turn
         )
         for state, completion in zip(group, engine.generate(prompts, turn_params), strict=True):
             text = state.partial + completion.text
@@ -282,7 +273,7 @@ class _CellRunner:
             return
         to_run, batch = self._running.pop(wave)
         # in short slices, so that the caller's interrupts get through (as WorkerPool.run)
-        while not futures.wait([batch], timeout=_POLL_SECONDS).done:
+        while not futures.wait([batch], timeout=POLL_SECONDS).done:
             pass
         for (state, code), result in zip(to_run, batch.result(), strict=True):
             if state.session is None:  # it re-ran every cell so far
