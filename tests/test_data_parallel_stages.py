@@ -275,7 +275,9 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     gathered buffer is the one process's, so the steps (greedy sampling: no seed to differ)
     and the compute counts are too. Sampling is near greedy (temperature 1e-3; the schema
     wants it above 0): a process samples with its own seed, so at T = 1 its rows would not be
-    the one process's."""
+    the one process's. Under ZeRO-3 the processes sample with the policy gathered whole, and
+    the best iteration (one before the last) is saved from gathered shards and restored into
+    them: the final weights are its."""
     ppo = {"iterations": 2, "prompts_per_iteration": 4, "responses_per_prompt": 2,
            "heldout_prompts": 2, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
            "temperature": 1e-3, "policy_lr": 1e-3, "critic_lr": 1e-3, "max_length": 256,
@@ -283,7 +285,7 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     rollout = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
     config = json.dumps({"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}})
     runs = {}
-    for launcher in ("one", "ddp", "zero2"):
+    for launcher in ("one", "ddp", "zero2", "zero3"):
         out = tmp_path / launcher
         args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
         args += ["--reward-model", str(reward_model), "--problems", str(problems)]
@@ -292,7 +294,7 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     # nominally, 4 per step (2 micro-batches of 2 on one process, 1 on each of two)
     assert runs["one"]["steps_per_iteration"] == 2
     want = load_policy(tmp_path / "one")[0].state_dict()
-    for launcher in ("ddp", "zero2"):
+    for launcher in ("ddp", "zero2", "zero3"):
         _same_training(runs["one"], runs[launcher])
         for key in ("compute", "best_iteration", "best_heldout", "final_heldout"):
             assert runs[launcher][key] == pytest.approx(runs["one"][key]), key
@@ -300,25 +302,18 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
         for key in want:
             torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
     assert runs["one"]["compute"]["policy_passes"] == 8  # every kept row, once per epoch
+    assert runs["one"]["best_iteration"] < ppo["iterations"]  # restored: not the last weights
 
 
-@pytest.mark.parametrize("rule", ["ppo", "online_dpo"])
-def test_a_whole_policy_rule_under_zero3_stops_with_one_line(
-    tiny_policy, reward_model, problems, tmp_path, rule
-):
-    """ZeRO-3 shards the weights PPO's processes sample with and the online learner sends its
-    generator: each stage refuses it before anything is loaded (the plan refuses it before
-    submission: test_memory_plan)."""
-    if rule == "ppo":
-        config = json.dumps({"ppo": {"variants": [{"name": "m", "filter": "ppo-m"}]}})
-        args = ["ppo", "--config-json", config, "--variant", "m", "--model", str(tiny_policy)]
-        args += ["--reward-model", str(reward_model), "--problems", str(problems)]
-        why = "it samples with each process's whole policy"
-    else:
-        config = json.dumps({"online_dpo": {"variants": [{"name": "m"}]}})
-        args = ["online-dpo", "--config-json", config, "--variant", "m"]
-        args += ["--model", str(tiny_policy), "--train", str(problems)]
-        why = "its generator is sent the main process's whole policy"
+def test_a_whole_policy_rule_under_zero3_stops_with_one_line(tiny_policy, problems, tmp_path):
+    """ZeRO-3 shards the weights the online learner sends its generator: the stage refuses
+    it before anything is loaded (the plan refuses it before submission: test_memory_plan).
+    PPO runs under it (test_ppo_over_two_processes_is_one_with_twice_the_accumulation)."""
+    rule = "online_dpo"
+    config = json.dumps({"online_dpo": {"variants": [{"name": "m"}]}})
+    args = ["online-dpo", "--config-json", config, "--variant", "m"]
+    args += ["--model", str(tiny_policy), "--train", str(problems)]
+    why = "its generator is sent the main process's whole policy"
     args += ["--out", str(tmp_path / "m")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(

@@ -416,6 +416,55 @@ def test_buffer_parts_are_padded_to_the_widest_and_kept_in_order():
     assert buffer["ref_kl"].tolist() == [1.0, 2.0, 3.0]
 
 
+@pytest.mark.parametrize(("rows", "forwards"), [(5, [2, 2]), (1, [1, 1]), (4, [1, 1])])
+def test_a_zero3_process_with_fewer_buffer_rows_runs_as_many_forwards(
+    tiny_policy, problems, tmp_path, monkeypatch, rows, forwards
+):
+    """Under ZeRO-3 each forward all-gathers the sharded layers: a process whose share of the
+    buffer's rows takes fewer micro-batches (or none) runs idle ones up to the most any
+    process runs, policy and reference alike. Two processes stand in as two shares in turn
+    (one process cannot shard); the rows they compute are the one process's."""
+    import reasonrl.ppo_run as ppo_run
+    from reasonrl.training.reference import Reference
+
+    config = ppo_config(batch_size=2, reward="oracle")
+    policy, tokenizer = load_policy(tiny_policy)
+    reference = Reference.frozen(load_policy(tiny_policy)[0].eval().requires_grad_(False))
+    variant = ppo_run.find_variant(config["ppo"], "m")
+    models = (policy, tokenizer, reference)
+    run = ppo_run.PPORun(config, variant, models, None, read_jsonl(problems), tmp_path)
+    messages = [
+        [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a b"}]
+        for i in range(rows)
+    ]
+    scores = torch.arange(rows, dtype=torch.float32)
+    want = run.experience(messages, scores)
+    counted = {"policy": [], "reference": []}
+    for name, model in (("policy", policy), ("reference", reference._model)):
+        model.register_forward_hook(lambda *_, name=name: counted[name].append(1))
+
+    def over_two(fn, items):
+        parts, calls = [], []
+        for index in range(2):
+            before = len(counted["policy"])
+            share = contiguous_share(len(items), 2, index)
+            parts += fn(items[share.start : share.stop])
+            calls.append(len(counted["policy"]) - before)
+        counted["calls"] = calls
+        return parts
+
+    monkeypatch.setattr(ppo_run, "gathered_over_processes", over_two)
+    monkeypatch.setattr(ppo_run, "is_sharded", lambda model: True)
+    run.processes = 2
+    counted["policy"].clear()
+    counted["reference"].clear()
+    got = run.experience(messages, scores)
+    assert counted["calls"] == forwards
+    assert len(counted["reference"]) == sum(forwards)
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], msg=key)
+
+
 class _Run:
     """What BufferBatches reads of a PPORun."""
 

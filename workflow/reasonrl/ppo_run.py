@@ -12,10 +12,14 @@ Under accelerate launch (one process per GPU, data parallel) each process sample
 its contiguous share of the prompts with its own copy of the policy (the HF engine), and
 computes the buffer's forward passes for its share of the kept rows; the rows, scores and
 buffer parts are gathered in order, so every process filters, normalises and whitens the
-same whole buffer as one process would, then trains on its own micro-batches of it. Not
-supported there (check_launch): DeepSpeed ZeRO-3, which shards the whole policy each
-process samples with, and a vLLM engine, which would start its own process group inside the
-job's.
+same whole buffer as one process would, then trains on its own micro-batches of it. Under
+DeepSpeed ZeRO-3, which shards the policy and critic, each process samples with the
+policy's parameters gathered whole (training.zero3), runs as many buffer forward passes as
+the process with the most rows (idle ones on a dummy row), and the best iteration's weights
+are gathered to save and sent back into the shards to restore; the frozen reference and
+the reward model are held whole on each process (never prepared, so never sharded). Not
+supported over several processes (check_launch): a vLLM engine, which would start its own
+process group inside the job's.
 
 Compute accounting rides in each step's stats (summed per iteration in metrics.json):
 queries, responses, reward-model passes, policy and critic forward-backward passes.
@@ -51,11 +55,7 @@ from reasonrl.training.filtration import (
     select,
     selection_probabilities,
 )
-from reasonrl.training.loop import (
-    data_parallel_processes,
-    gathered_over_processes,
-    refuse_zero3,
-)
+from reasonrl.training.loop import data_parallel_processes, gathered_over_processes
 from reasonrl.training.lora import merged_state_dict
 from reasonrl.training.ppo import (
     PolicyCritic,
@@ -65,6 +65,7 @@ from reasonrl.training.ppo import (
     normalise,
     token_rewards,
 )
+from reasonrl.training.zero3 import for_generation, is_sharded, whole
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +105,7 @@ def rows_per_iteration(variant: Variant, section: dict) -> int:
 
 def check_launch(config: dict) -> None:
     """Stop with one line, before anything is loaded, where this job's launch cannot run PPO:
-    under DeepSpeed ZeRO-3 (accelerate launch's environment says so), or over several
-    processes with a vLLM engine."""
-    refuse_zero3("ppo", "it samples with each process's whole policy")
+    over several processes with a vLLM engine."""
     engine = config["generation"]["engine"]
     if data_parallel_processes() > 1 and engine != "hf":
         raise ReasonRLError(
@@ -221,6 +220,12 @@ class PPORun:
         self.processes = data_parallel_processes()
         self.steps_per_iteration = steps_per_iteration(variant, s, self.processes)
         self.best_path = Path(ckpt) / "best.pt"
+        self.engine = None  # the training loop's prepared model (DeepSpeed's engine): trained_by
+
+    def trained_by(self, prepared: torch.nn.Module) -> None:
+        """The training loop's prepared model: under ZeRO-3, the DeepSpeed engine whose
+        per-layer hooks sampling switches off (training.zero3.for_generation)."""
+        self.engine = prepared
 
     # --- sampling ---------------------------------------------------------------------------
     def scored_rollouts(
@@ -237,7 +242,9 @@ class PPORun:
             rows = self._rollouts(part, samples, temperature, seed + 7_919 * index)
             return [(rows, *self.scorer(rows))]
 
-        parts = gathered_over_processes(share, problems)
+        # every process enters (a collective under ZeRO-3), with a share of prompts or none
+        with for_generation(self.engine, self.model.policy):
+            parts = gathered_over_processes(share, problems)
         return (
             [r for part in parts for r in part[0]],
             [x for part in parts for x in part[1]],
@@ -308,10 +315,11 @@ class PPORun:
         others wait for it."""
         key = [info["heldout_pass"], info["heldout_reward"]]
         self._wait_for_everyone()
+        state = self._trained_state()  # every process: gathering shards is a collective
         if self._is_main() and (not self.best_path.exists() or key > self._best()["key"]):
             self.best_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.best_path.with_suffix(".tmp")
-            torch.save({"key": key, "iteration": iteration, "state": self._trained_state()}, tmp)
+            torch.save({"key": key, "iteration": iteration, "state": state}, tmp)
             os.replace(tmp, self.best_path)
         self._wait_for_everyone()
 
@@ -328,10 +336,13 @@ class PPORun:
 
     def restore_best(self) -> dict:
         """Put the best iteration's weights back into the policy; its record (key, iteration).
-        Every process reads it before any goes on (the main one's save then removes it)."""
+        Every process reads it before any goes on (the main one's save then removes it).
+        Under ZeRO-3 they are loaded into the gathered parameters and the main process's go
+        to every shard."""
         best = self._best()
         self._wait_for_everyone()
-        loaded = self.model.policy.load_state_dict(best["state"], strict=False)
+        with whole(self.model.policy, modifier_rank=0):
+            loaded = self.model.policy.load_state_dict(best["state"], strict=False)
         if loaded.unexpected_keys:
             raise ReasonRLError(
                 f"{self.best_path}: weights the policy does not have ({loaded.unexpected_keys[0]})"
@@ -339,13 +350,31 @@ class PPORun:
         return best
 
     def _trained_state(self) -> dict[str, torch.Tensor]:
-        """What training changes in the policy: its trainable parameters and its buffers.
-        Under LoRA that is the adapters: the frozen base (4-bit under QLoRA, whose packed
-        weights would not load back through load_state_dict) stays as it was loaded."""
+        """What training changes in the policy: its trainable parameters and its buffers, on
+        the main process (None on the others), on the CPU. Under LoRA that is the adapters:
+        the frozen base (4-bit under QLoRA, whose packed weights would not load back through
+        load_state_dict) stays as it was loaded. Under ZeRO-3 every process must call it: the
+        parameters are gathered whole to be read."""
         policy = self.model.policy
         kept = {n for n, p in policy.named_parameters() if p.requires_grad}
         kept |= {n for n, _ in policy.named_buffers()}
-        return {k: v.clone() for k, v in policy.state_dict().items() if k in kept}
+        with whole(policy):
+            if not self._is_main():
+                return None
+            state = policy.state_dict().items()
+            return {k: v.detach().to("cpu", copy=True) for k, v in state if k in kept}
+
+    def policy_state(self) -> dict[str, torch.Tensor] | None:
+        """The policy's whole state dict, on the CPU of the main process, where ZeRO-3 shards
+        it (every process must call it); else None, as on the other processes: the policy
+        holds it."""
+        policy = self.model.policy
+        if not is_sharded(policy):
+            return None
+        with whole(policy):
+            if not self._is_main():
+                return None
+            return {k: v.detach().to("cpu", copy=True) for k, v in policy.state_dict().items()}
 
     # --- the buffer -------------------------------------------------------------------------
     def fill_buffer(self, iteration: int, info: dict) -> dict[str, torch.Tensor]:
@@ -381,16 +410,20 @@ class PPORun:
         """The buffer of kept trajectories: the behaviour policy's log-probs and values, the
         SFT reference's log-probs, per-token rewards (score minus the KL penalty), GAE and
         advantages whitened over the whole buffer. Over several processes each computes
-        the rows of its contiguous share and every process receives the whole buffer."""
+        the rows of its contiguous share and every process receives the whole buffer; under
+        ZeRO-3 each then runs idle forward passes up to the most any process runs (each pass
+        all-gathers the sharded layers: a collective)."""
         if self.processes == 1:
             buffer = self._experience(messages, scores)
         else:
+            bs = self.section["batch_size"]
+            most = math.ceil(math.ceil(len(messages) / self.processes) / bs)
 
             def share(rows: list[int]) -> list[dict]:
-                if not rows:
-                    return []
-                part = self._experience([messages[i] for i in rows], scores[rows])
-                return [{k: v.cpu() for k, v in part.items()}]
+                part = self._experience([messages[i] for i in rows], scores[rows]) if rows else {}
+                if is_sharded(self.model):
+                    self._idle_forwards(most - math.ceil(len(rows) / bs))
+                return [{k: v.cpu() for k, v in part.items()}] if rows else []
 
             parts = gathered_over_processes(share, list(range(len(messages))))
             buffer = concat_padded(parts, {"input_ids": self.tokenizer.pad_token_id})
@@ -413,17 +446,13 @@ class PPORun:
         device = self.model.policy.device
         ids, attention, scores = ids.to(device), attention.to(device), scores.to(device)
         action = mask[:, 1:].float().to(device)
-        self.model.eval()
         old_logps, old_values, ref_logps = [], [], []
         for start in range(0, len(chats), s["batch_size"]):
             part = slice(start, start + s["batch_size"])
-            logps, values = self.model(ids[part], attention[part])
+            logps, values, ref = self._forwards(ids[part], attention[part])
             old_logps.append(logps)
             old_values.append(values)
-            with self.reference.evaluating() as reference:  # under LoRA: the policy, adapters off
-                ref = reference(input_ids=ids[part], attention_mask=attention[part]).logits
-            ref_logps.append(action_logps(ref, ids[part]))
-        self.model.train()
+            ref_logps.append(ref)
         old_logps, old_values = torch.cat(old_logps), torch.cat(old_values)
         ref_logps = torch.cat(ref_logps)
         rewards = token_rewards(scores, old_logps, ref_logps, action, s["kl_beta"])
@@ -439,6 +468,26 @@ class PPORun:
             "advantages": advantages,
             "returns": returns,
         }
+
+    @torch.no_grad()
+    def _forwards(self, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(log pi, V, log pi_SFT) of one micro-batch of rows, in eval mode (dropout off)."""
+        self.model.eval()
+        try:
+            logps, values = self.model(ids, attention)
+            with self.reference.evaluating() as reference:  # under LoRA: the policy, adapters off
+                ref = reference(input_ids=ids, attention_mask=attention).logits
+            return logps, values, action_logps(ref, ids)
+        finally:
+            self.model.train()
+
+    def _idle_forwards(self, count: int) -> None:
+        """`count` micro-batches' forward passes on a dummy row, their results dropped: what
+        a ZeRO-3 process with fewer rows runs so its layers all-gather with the others'."""
+        device = self.model.policy.device
+        row = torch.full((1, 2), self.tokenizer.pad_token_id, device=device)
+        for _ in range(count):
+            self._forwards(row, torch.ones_like(row))
 
 
 def concat_padded(parts: list[dict[str, torch.Tensor]], pad: dict[str, int]) -> dict:

@@ -85,6 +85,7 @@ def ppo(
     )
     objective = PPOObjectiveWithInfo(ppo_run.settings())
     loop = run.start(ppo_run.model, objective, settings, loss_units=action_tokens)
+    ppo_run.trained_by(loop.model)
     for iteration in range(loop.step // per, section["iterations"]):
         info = ppo_run.start_iteration(iteration, fresh=iteration == 0)  # held-out score, best
         buffer = ppo_run.fill_buffer(iteration, info)  # generate -> score -> filter -> GAE
@@ -109,7 +110,8 @@ def ppo(
     }
     metrics = run.metrics(result, identity, extra)
     summary = {"best_iteration": best["iteration"], "compute": metrics["compute"]}
-    run.save(ppo_run.model.policy, ppo_run.tokenizer, metrics, summary=summary)
+    state = ppo_run.policy_state()  # the best weights gathered where ZeRO-3 shards them
+    run.save(ppo_run.model.policy, ppo_run.tokenizer, metrics, state, summary=summary)
     return metrics
 
 

@@ -1,0 +1,59 @@
+"""Whole weights of a model that DeepSpeed ZeRO-3 shards over a job's processes.
+
+Under ZeRO-3 each process holds a shard of every parameter, and hooks on each submodule
+all-gather its parameters before its forward and free them after: a collective per layer
+per forward, so every process must run the same forwards. Sampling cannot (each process
+samples its own prompts, for as many tokens as they take), so it runs on the policy's
+parameters gathered whole once, with the per-layer hooks off (as TRL's
+unwrap_model_for_generation and DeepSpeed's own do): left on, the post-forward hook frees
+the gathered parameters after the first token and the next forward all-gathers again.
+Saving gathers the parameters too, and loading writes into the whole ones and sends the
+main process's to every shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    """Whether DeepSpeed ZeRO-3 has partitioned `module`'s parameters (each has a ds_id)."""
+    return any(hasattr(p, "ds_id") for p in module.parameters())
+
+
+@contextmanager
+def whole(module: torch.nn.Module, modifier_rank: int | None = None) -> Iterator[None]:
+    """`module`'s parameters whole on every process inside the block: a collective, every
+    process enters it. With `modifier_rank`, that process's values (changed in the block)
+    go to every shard at its end; without, changes are an error. Nothing where `module` is
+    not sharded."""
+    if not is_sharded(module):
+        yield
+        return
+    import deepspeed  # slow to import: only where it sharded the model
+
+    with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=modifier_rank):
+        yield
+
+
+@contextmanager
+def for_generation(engine, module: torch.nn.Module) -> Iterator[None]:
+    """`module` (a part of the DeepSpeed `engine`'s model) whole, without the engine's
+    per-layer gather and free hooks, inside the block: forwards there run no collective,
+    however many a process runs. A collective to enter and leave; nothing where `module` is
+    not sharded."""
+    if not is_sharded(module):
+        yield
+        return
+    offload = engine.optimizer.parameter_offload
+    with whole(module):
+        for hook in offload.forward_hooks + offload.backward_hooks:
+            hook.remove()
+        offload.forward_hooks, offload.backward_hooks = [], []
+        try:
+            yield
+        finally:
+            offload._register_deepspeed_module(offload.module)  # the hooks, as set up
