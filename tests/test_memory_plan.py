@@ -195,22 +195,24 @@ def _capacity_placements() -> dict[str, mp.Placement]:
         for rule in GPU_RULES + PART_RULES
     }
     placements["online_dpo"] = mp.Placement(8, 2, True, True)
-    placements["ppo"] = mp.Placement(8, 2, True, False)
+    placements["ppo"] = mp.Placement(8, 3, True, False)
     return placements
 
 
 # With gradient checkpointing (every recipe's training sections), Gemma's micro-batch of 2
 # pairs and the async online DPO learner's of 16 prompts (its 128-prompt steps accumulated
-# over 8), the M-DPO, PRM and online DPO recipes fit. Not yet PF-PPO: its PPO is data
-# parallel over the 8 under ZeRO-2, so each GPU still holds the whole bf16 policy and critic
-# (25 GiB), its reference and RM (27 GiB) and the activations (21 GiB); beside the vLLM
-# engine's 85% reservation that is 95 GiB against 12 (and the launch refuses vLLM over
-# several GPUs: test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line); with the HF
-# engine's KV cache, more. It fits (51 GiB) the day PPO runs under ZeRO-3 with its
-# reference and RM sharded and its generator on a GPU of its own (issue 22 item 2). Strict:
-# the day it fits, its mark goes.
+# over 8), the M-DPO, PRM and online DPO recipes fit. Not yet PF-PPO: its PPO runs under
+# ZeRO-3 over the 8, so each GPU holds a shard of the bf16 policy and critic and of their
+# optimizer states (25 GiB), but its reference and RM whole (25 GiB: never prepared, so
+# never sharded), the policy gathered whole to sample with (12.5 GiB) and the activations
+# (21 GiB); beside the vLLM engine's 85% reservation that is 86 GiB against 12 (and the
+# launch refuses vLLM over several GPUs:
+# test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line); with the HF engine's KV
+# cache of generation.batch_size 256 x 2048 tokens (256 GiB), far more. It would take the
+# reference and RM sharded (as TRL's prepare_deepspeed does: -22 GiB) and the HF engine
+# sampling in smaller batches. Strict: the day it fits, its mark goes.
 NOT_FITTING = {
-    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo over 8 GPUs, ZeRO-2, vLLM beside: ~95 GiB",
+    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo over 8 GPUs, ZeRO-3, vLLM beside: ~86 GiB",
 }
 
 
@@ -356,8 +358,7 @@ def test_a_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan(tmp_path, rul
 
 @pytest.mark.parametrize(("zero", "engine", "error"), [
     ("zero2", "hf", None),
-    ("zero3", "hf", "rule ppo cannot run under DeepSpeed ZeRO-3 (it samples with each"
-                    " process's whole policy): give it resource deepspeed: zero2"),
+    ("zero3", "hf", None),
     ("zero2", "vllm", "rule ppo over 8 GPUs samples with the hf engine, not"
                       " generation.engine vllm (one engine per job): give it resource gpu: 1"),
 ])  # fmt: skip
@@ -372,7 +373,7 @@ def test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line(tmp_path, zero,
     cli += ["--configfile", recipe, "--configfile", str(tmp_path / "engine.yaml")]
     done = subprocess.run(cli, cwd=REPO, capture_output=True, text=True)
     if error is None:  # planned, launched over 8 (it does not fit them: NOT_FITTING)
-        assert "\n| ppo | 8 | yes | 2 |" in done.stdout, done.stdout
+        assert f"\n| ppo | 8 | yes | {zero[-1]} |" in done.stdout, done.stdout
     else:
         source = f"{recipe} + {tmp_path / 'engine.yaml'}"
         assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {source}: {error}\n")
@@ -436,8 +437,23 @@ def test_a_launch_check_skips_rules_the_config_does_not_run():
     placements = {rule: mp.Placement(2, 3, True) for rule in ("ppo", "online_dpo")}
     mp.check_launches(config, placements, "F")
     config["ppo"]["variants"] = [{"name": "m", "filter": "ppo-m"}]
-    with pytest.raises(ReasonRLError, match=r"^F: rule ppo cannot run under DeepSpeed ZeRO-3"):
+    with pytest.raises(ReasonRLError, match=r"^F: rule ppo over 2 GPUs samples with the hf"):
         mp.check_launches(config, placements, "F")
+
+
+def test_ppo_under_zero3_holds_its_reference_and_rm_whole_and_its_policy_gathered():
+    """PPO's sharded policy and critic states, beside its reference and RM whole on each GPU
+    (ppo_run prepares neither) and the policy gathered whole to sample with."""
+    config = load_workflow_config([str(REPO / "config/gpu-pfppo-deepseek-coder-6.7b.yaml")])
+    config["generation"]["engine"] = "hf"
+    plans = {
+        zero: next(p for p in mp.plan_config(config, {"ppo": mp.Placement(8, zero, True)})
+                   if p.rule == "ppo")
+        for zero in (2, 3)
+    }  # fmt: skip
+    policy = mp.architecture(config).params() * 2  # bfloat16
+    assert plans[3].params == pytest.approx(2 * policy / 8)  # policy and critic, sharded
+    assert plans[3].other - plans[2].other == pytest.approx(policy)  # gathered to sample
 
 
 def test_generator_gpus_belong_to_the_online_learner_only():
@@ -530,7 +546,8 @@ def test_the_rm_ppo_and_online_lora_reaches_the_plan(recipe, rules):
         assert lora[rule].optimizer < 0.02 * full[rule].optimizer, rule
         assert lora[rule].grads < 0.02 * full[rule].grads, rule
     learner = full["ppo" if "ppo" in rules else "online_dpo"]
-    shards = learner.gpus if learner.zero == 3 else 1  # ZeRO-3 shards frozen models too
+    # ZeRO-3 shards the online learner's frozen models too; PPO's are never prepared: whole
+    shards = learner.gpus if learner.zero == 3 and learner.rule != "ppo" else 1
     reference = mp.architecture(config).params() * 2 / shards  # one bfloat16 policy copy
     assert learner.other - lora[learner.rule].other == pytest.approx(reference)
 

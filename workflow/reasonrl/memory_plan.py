@@ -14,7 +14,9 @@ per weight, a 1-byte scale per block of 64 and an fp32 scale per 256 of those (d
 quantization), plus the two code books; the rest of the model and the adapters are fp32 (as
 peft's prepare_model_for_kbit_training casts them). ZeRO-1 divides the optimizer states over
 the job's GPUs, ZeRO-2 the gradients too, ZeRO-3 the parameters too (frozen models included,
-as DeepSpeed's ZeRO-3 does for every prepared model). LoRA trains only the adapters.
+as DeepSpeed's ZeRO-3 does for every prepared model; PPO prepares only its policy and critic,
+so its reference and reward model stay whole on each GPU, and it samples with its policy
+gathered whole beside the shards). LoRA trains only the adapters.
 
 Activations are the tensors autograd saves for the backward pass, counted the way Korthikanti
 et al. 2022 (section 4) count them, for the Hugging Face Llama/Mistral/Gemma decoder block
@@ -60,12 +62,13 @@ LAUNCHED_RULES = frozenset(
     {"sft", "preference_train", "train_reward_model", "reference_logps", "ppo", "online_dpo"}
 )
 # Launched rules that use a process's whole policy beside training, so run under DeepSpeed
-# ZeRO-2 at most: PPO samples with each process's (the HF engine: a vLLM engine is one per
-# job, not one per process), the online learner sends the main process's to its generator.
+# ZeRO-2 at most: the online learner sends the main process's to its generator. (PPO samples
+# with each process's policy gathered whole for the sampling: it runs under ZeRO-3.)
 WHOLE_POLICY_RULES = {
-    "ppo": "it samples with each process's whole policy",
     "online_dpo": "its generator is sent the main process's whole policy",
 }
+# Launched rules whose launch check_launches checks.
+CHECKED_LAUNCHES = ("online_dpo", "ppo")
 # Rows of one reference forward: sequences.summed_logps and token_logps score in chunks of
 # this many (their batch_size), whatever the rows to score.
 REFERENCE_ROWS = 16
@@ -196,6 +199,8 @@ class RuleSpec:
     rule: str
     trained: list[Trained]
     frozen: int = 0  # frozen copies of the policy (reference, reward models)
+    frozen_whole: bool = False  # never prepared: whole on each GPU under ZeRO-3 too
+    gathered: int = 0  # trained models gathered whole beside their ZeRO-3 shards (sampling)
     frozen_tokens: int = 0  # tokens of one frozen forward (its logits are held)
     kv_tokens: int = 0  # tokens of an HF engine's KV cache
     vllm_share: float = 0.0  # share of the GPU a vLLM engine reserves (weights + KV cache)
@@ -325,7 +330,11 @@ def _plan(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) ->
         p, g, o = model_state_bytes(arch, t, weight_b, zero, n)
         params, grads, optim = params + p, grads + g, optim + o
         acts += activation_bytes(arch, t, weight_b)
-    frozen = spec.frozen * arch.params() * weight_b / (n if zero >= 3 else 1)
+    frozen = (
+        spec.frozen * arch.params() * weight_b / (n if zero >= 3 and not spec.frozen_whole else 1)
+    )
+    if zero >= 3:
+        frozen += spec.gathered * arch.params() * weight_b
     e = 2 if weight_b == 2 else 4
     forward = spec.frozen_tokens * (arch.layer_activation_bytes(e) + (e + 4) * arch.vocab)
     other = frozen + forward + spec.kv_tokens * arch.kv_bytes_per_token(e) + OVERHEAD_BYTES
@@ -445,7 +454,8 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     rows, length = ppo["batch_size"], ppo["max_length"]
     # PPO trains in the policy's dtype (no precision key) and samples with the policy itself
     # (HF engine: its KV cache) or a vLLM engine beside it (generation.engine); under
-    # ppo.lora a separate critic's trunk has adapters as the policy has.
+    # ppo.lora a separate critic's trunk has adapters as the policy has. Under ZeRO-3 its
+    # reference and RM are whole (never prepared) and it samples with its policy gathered.
     precision = "bf16" if _dtype_bytes(config) == 2 else "fp32"
     trained = [replace(_trained(ppo, rows, length), precision=precision)]
     if ppo["critic"] == "separate":  # built from the dequantized weights: never 4-bit
@@ -458,7 +468,7 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     generator = generation_spec("ppo", config, copies=vllm, frozen=reference + rm)
     return [
         generation_spec("ppo_r2", config, frozen=1),
-        replace(generator, trained=trained, note=note),
+        replace(generator, trained=trained, note=note, frozen_whole=True, gathered=1),
     ]
 
 
@@ -579,15 +589,15 @@ def check_launches(config: dict, placements: dict[str, Placement], source: str) 
     cannot run: ZeRO-3 for WHOLE_POLICY_RULES, a vLLM engine for PPO, an online learner
     whose step's micro-batches do not share out over the GPUs."""
     engine = config["generation"]["engine"]
-    for rule, why in sorted(WHOLE_POLICY_RULES.items()):
+    for rule in CHECKED_LAUNCHES:
         place = placements.get(rule, Placement(0))
         # the rule's section is named as the rule; without variants the config runs none
         if not (config[rule]["variants"] and place.launched and place.gpus > 1):
             continue
-        if place.zero >= 3:
+        if place.zero >= 3 and rule in WHOLE_POLICY_RULES:
             raise ReasonRLError(
-                f"{source}: rule {rule} cannot run under DeepSpeed ZeRO-3 ({why}):"
-                f" give it resource deepspeed: zero2"
+                f"{source}: rule {rule} cannot run under DeepSpeed ZeRO-3"
+                f" ({WHOLE_POLICY_RULES[rule]}): give it resource deepspeed: zero2"
             )
         online = config["online_dpo"]
         micro = -(-online["prompts_per_step"] // _online_micro_batch_prompts(online))

@@ -2,7 +2,8 @@
 # the profile), every GPU rule of this config must fit its job's GPUs (resources deepspeed and
 # gpu_mem_mb too), else the workflow stops here with one line naming the rule, before any job
 # is submitted; so must a launched rule's global_batch_size divide by its batch_size x GPUs,
-# and a rule that samples with its whole policy (ppo) not ask for ZeRO-3 or vLLM over several.
+# a rule that sends its whole policy to a generator (online_dpo) not ask for ZeRO-3, and ppo
+# not ask for vLLM over several GPUs.
 # The CLI verb `plan --configfile F --profile P` prints the whole table. Included
 # after every rule, so it sees their resources.
 
