@@ -64,13 +64,17 @@ LAUNCHERS = {
 }
 
 
-def _run(folder: Path, launcher: str, *args: str) -> dict:
-    """`reasonrl ARGS` started by `launcher`; its metrics.json."""
+def _run(folder: Path, launcher: str, *args: str, command: list[str] | None = None) -> dict:
+    """`reasonrl ARGS` started by `launcher` (or by `command`); its metrics.json."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if launcher == "ddp":
         env["ACCELERATE_USE_CPU"] = "true"  # DeepSpeed's launches find no GPU by themselves
     done = subprocess.run(
-        [*LAUNCHERS[launcher], *args], capture_output=True, text=True, env=env, timeout=600
+        [*(command or LAUNCHERS[launcher]), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((folder / "metrics.json").read_text())
@@ -91,6 +95,31 @@ def _same_weights(one: Path, two: Path, start: Path) -> None:
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
     assert any(not torch.equal(want[k], before[k]) for k in want)
+
+
+@pytest.fixture(scope="module")
+def sharded_zero3(tmp_path_factory) -> list[str]:
+    """accelerate launch under a ZeRO-3 that shards every parameter of the tiny policy: the
+    profile's config leaves DeepSpeed's stage3_param_persistence_threshold at 1e5 elements,
+    under which a parameter stays whole on every process and is never gathered, and the tiny
+    policy's are all under it. Here it is 0."""
+    folder = tmp_path_factory.mktemp("zero3")
+    zero = {"stage": 3, "stage3_param_persistence_threshold": 0,
+            "stage3_gather_16bit_weights_on_model_save": True}  # fmt: skip
+    auto = dict.fromkeys(
+        ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"),
+        "auto",
+    )
+    deepspeed = {**auto, "gradient_clipping": 1.0, "zero_optimization": zero}
+    (folder / "deepspeed.json").write_text(json.dumps(deepspeed))
+    launch = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "DEEPSPEED",
+              "deepspeed_config": {"deepspeed_config_file": str(folder / "deepspeed.json"),
+                                   "zero3_init_flag": True},
+              "machine_rank": 0, "num_machines": 1, "rdzv_backend": "static",
+              "same_network": True, "use_cpu": False}  # fmt: skip
+    (folder / "accelerate.json").write_text(json.dumps(launch))
+    config = ["--config_file", str(folder / "accelerate.json"), "--num_processes", "2"]
+    return [str(BIN / "accelerate"), "launch", *config, "-m", "reasonrl.cli"]
 
 
 @pytest.fixture(scope="module")
@@ -269,32 +298,39 @@ def test_raft_accumulation_weighs_winners_by_their_tokens(tiny_policy, tmp_path)
 
 
 def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
-    tiny_policy, reward_model, problems, tmp_path
+    tiny_policy, reward_model, problems, sharded_zero3, tmp_path
 ):
     """Each process samples, scores and computes the buffer of its share of the prompts; the
     gathered buffer is the one process's, so the steps (greedy sampling: no seed to differ)
     and the compute counts are too. Sampling is near greedy (temperature 1e-3; the schema
     wants it above 0): a process samples with its own seed, so at T = 1 its rows would not be
-    the one process's. Under ZeRO-3 the processes sample with the policy gathered whole, and
-    the best iteration (one before the last) is saved from gathered shards and restored into
-    them: the final weights are its."""
+    the one process's. Under ZeRO-3 (every parameter sharded: zero3-sharded) the processes
+    sample with the policy gathered whole, one held-out prompt on one process while the
+    other samples none (in lockstep, or with the per-layer gathers on, they would wait on
+    each other), and the best iteration (one before the last) is saved from gathered shards
+    and restored into them: the final weights are its."""
     ppo = {"iterations": 2, "prompts_per_iteration": 4, "responses_per_prompt": 2,
-           "heldout_prompts": 2, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
+           "heldout_prompts": 1, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
            "temperature": 1e-3, "policy_lr": 1e-3, "critic_lr": 1e-3, "max_length": 256,
            "variants": [{"name": "br", "filter": "br"}]}  # fmt: skip
     rollout = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
-    config = json.dumps({"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}})
+    # seed 3: with one held-out prompt, a run whose last loss is below its first (seed 0's
+    # is not: _same_training checks that the run learned something)
+    sections = {"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}}
+    config = json.dumps({"seed": 3, **sections})
     runs = {}
-    for launcher in ("one", "ddp", "zero2", "zero3"):
+    commands = {"zero3-sharded": sharded_zero3}
+    for launcher in ("one", "ddp", "zero2", "zero3", "zero3-sharded"):
         out = tmp_path / launcher
         args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
         args += ["--reward-model", str(reward_model), "--problems", str(problems)]
-        runs[launcher] = _run(out, launcher, *args, "--out", str(out))
+        command = commands.get(launcher)
+        runs[launcher] = _run(out, launcher, *args, "--out", str(out), command=command)
     # 4 prompts x 2 responses, best and a random one kept per prompt: 8 rows per iteration
     # nominally, 4 per step (2 micro-batches of 2 on one process, 1 on each of two)
     assert runs["one"]["steps_per_iteration"] == 2
     want = load_policy(tmp_path / "one")[0].state_dict()
-    for launcher in ("ddp", "zero2", "zero3"):
+    for launcher in ("ddp", "zero2", "zero3", "zero3-sharded"):
         _same_training(runs["one"], runs[launcher])
         for key in ("compute", "best_iteration", "best_heldout", "final_heldout"):
             assert runs[launcher][key] == pytest.approx(runs["one"][key]), key

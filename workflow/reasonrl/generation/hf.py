@@ -123,6 +123,11 @@ class HFEngine:
             stop_strings=list(params.stop) or None,
             tokenizer=self.tokenizer if params.stop else None,
             use_cache=True,
+            # Each process samples alone: transformers would otherwise step in lockstep with
+            # every process of a DeepSpeed ZeRO-3 job (an all-reduce per token), and PPO's
+            # processes sample different prompts with the policy gathered whole
+            # (training.zero3.for_generation), one of them possibly none.
+            synced_gpus=False,
         )
         sequences, prompt_width = out.sequences, enc["input_ids"].shape[1]
         if kept is not None:
