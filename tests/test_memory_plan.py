@@ -186,10 +186,10 @@ def test_tiny_policy_planned_activations_are_the_tensors_autograd_saves(dtype, c
 def _capacity_placements() -> dict[str, mp.Placement]:
     """Every GPU rule on 8 x 80 GB under ZeRO-3, its generator on its own GPU (the papers'
     nodes): the rules with the launcher (mp.LAUNCHED_RULES) spread over the 8, the others
-    use one of them, as they run today. Those that use a whole policy beside training
-    (mp.WHOLE_POLICY_RULES) under ZeRO-2, the most they run under; PPO's vLLM engine on the
-    main process's GPU, as it runs today; the online learner's generator on a GPU of its own
-    (resource generator_gpus: 1)."""
+    use one of them, as they run today. The online learner, which sends its whole policy to
+    its generator (mp.WHOLE_POLICY_RULES), under ZeRO-2, the most it runs under, with its
+    generator on a GPU of its own (resource generator_gpus: 1); PPO (ZeRO-3 too) with its
+    vLLM engine on the main process's GPU, as it runs today."""
     placements = {
         rule: mp.Placement(8, 3, rule.removesuffix("_part") in mp.LAUNCHED_RULES, True)
         for rule in GPU_RULES + PART_RULES
