@@ -312,7 +312,7 @@ class PPORun:
     def keep_if_best(self, iteration: int, info: dict) -> None:
         """Save the policy's trained state as the best if `info` beats the best so far. The
         main process decides and writes (every process holds the same policy and score); the
-        others wait for it."""
+        others take part in gathering it (ZeRO-3) and wait for it."""
         key = [info["heldout_pass"], info["heldout_reward"]]
         self._wait_for_everyone()
         state = self._trained_state()  # every process: gathering shards is a collective
@@ -349,32 +349,30 @@ class PPORun:
             )
         return best
 
-    def _trained_state(self) -> dict[str, torch.Tensor]:
-        """What training changes in the policy: its trainable parameters and its buffers, on
-        the main process (None on the others), on the CPU. Under LoRA that is the adapters:
-        the frozen base (4-bit under QLoRA, whose packed weights would not load back through
-        load_state_dict) stays as it was loaded. Under ZeRO-3 every process must call it: the
-        parameters are gathered whole to be read."""
+    def _trained_state(self) -> dict[str, torch.Tensor] | None:
+        """What training changes in the policy: its trainable parameters and its buffers.
+        Under LoRA that is the adapters: the frozen base (4-bit under QLoRA, whose packed
+        weights would not load back through load_state_dict) stays as it was loaded."""
         policy = self.model.policy
         kept = {n for n, p in policy.named_parameters() if p.requires_grad}
-        kept |= {n for n, _ in policy.named_buffers()}
+        return self._main_copy(kept | {n for n, _ in policy.named_buffers()})
+
+    def policy_state(self) -> dict[str, torch.Tensor] | None:
+        """The policy's whole state dict where ZeRO-3 shards it (on the main process; every
+        process must call it); else None: the policy holds it."""
+        policy = self.model.policy
+        return self._main_copy(set(policy.state_dict())) if is_sharded(policy) else None
+
+    def _main_copy(self, names: set[str]) -> dict[str, torch.Tensor] | None:
+        """A CPU copy of the policy's state entries `names` on the main process, None on the
+        others. Under ZeRO-3 every process must call it: the parameters are gathered whole
+        to be read."""
+        policy = self.model.policy
         with whole(policy):
             if not self._is_main():
                 return None
             state = policy.state_dict().items()
-            return {k: v.detach().to("cpu", copy=True) for k, v in state if k in kept}
-
-    def policy_state(self) -> dict[str, torch.Tensor] | None:
-        """The policy's whole state dict, on the CPU of the main process, where ZeRO-3 shards
-        it (every process must call it); else None, as on the other processes: the policy
-        holds it."""
-        policy = self.model.policy
-        if not is_sharded(policy):
-            return None
-        with whole(policy):
-            if not self._is_main():
-                return None
-            return {k: v.detach().to("cpu", copy=True) for k, v in policy.state_dict().items()}
+            return {k: v.detach().to("cpu", copy=True) for k, v in state if k in names}
 
     # --- the buffer -------------------------------------------------------------------------
     def fill_buffer(self, iteration: int, info: dict) -> dict[str, torch.Tensor]:
