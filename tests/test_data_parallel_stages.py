@@ -1,7 +1,8 @@
 """The training rules launched over a job's GPUs (sft, preference_train, train_reward_model, ppo,
 online_dpo):
-each CLI verb run over two CPU processes (gloo), data parallel or under the profiles' DeepSpeed
-ZeRO-2/3 configs, trains as one process with twice the gradient accumulation does: the same
+each CLI verb run over two CPU processes (gloo), data parallel, under the profiles' DeepSpeed
+ZeRO-2 config or under a ZeRO-3 config that shards every parameter (the profile's would
+shard none of the tiny policy's: "zero3-sharded"), trains as one process with twice the gradient accumulation does: the same
 micro-batches per step, so the same losses, learning rates and gradient norms step by step,
 and the same weights; with LoRA adapters too. Before, on a CPU each process trained alone,
 the learning-rate schedule ran once per process per step, DeepSpeed stepped at every
@@ -61,20 +62,32 @@ LAUNCHERS = {
         ]  # fmt: skip
         for zero in ("zero2", "zero3")
     },
+    # The profile's ZeRO-3 leaves DeepSpeed's stage3_param_persistence_threshold at 1e5
+    # elements, under which a parameter stays whole on every process and is never gathered:
+    # every parameter of the tiny policy. This one shards them all.
+    "zero3-sharded": [
+        str(BIN / "accelerate"),
+        "launch",
+        "--use_deepspeed",
+        "--deepspeed_config_file",
+        str(REPO / "tests/deepspeed_zero3_sharded.json"),
+        "--zero3_init_flag",
+        "true",
+        "--num_processes",
+        "2",
+        "-m",
+        "reasonrl.cli",
+    ],  # fmt: skip
 }
 
 
-def _run(folder: Path, launcher: str, *args: str, command: list[str] | None = None) -> dict:
-    """`reasonrl ARGS` started by `launcher` (or by `command`); its metrics.json."""
+def _run(folder: Path, launcher: str, *args: str) -> dict:
+    """`reasonrl ARGS` started by `launcher`; its metrics.json."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if launcher == "ddp":
         env["ACCELERATE_USE_CPU"] = "true"  # DeepSpeed's launches find no GPU by themselves
     done = subprocess.run(
-        [*(command or LAUNCHERS[launcher]), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
+        [*LAUNCHERS[launcher], *args], capture_output=True, text=True, env=env, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((folder / "metrics.json").read_text())
@@ -95,31 +108,6 @@ def _same_weights(one: Path, two: Path, start: Path) -> None:
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
     assert any(not torch.equal(want[k], before[k]) for k in want)
-
-
-@pytest.fixture(scope="module")
-def sharded_zero3(tmp_path_factory) -> list[str]:
-    """accelerate launch under a ZeRO-3 that shards every parameter of the tiny policy: the
-    profile's config leaves DeepSpeed's stage3_param_persistence_threshold at 1e5 elements,
-    under which a parameter stays whole on every process and is never gathered, and the tiny
-    policy's are all under it. Here it is 0."""
-    folder = tmp_path_factory.mktemp("zero3")
-    zero = {"stage": 3, "stage3_param_persistence_threshold": 0,
-            "stage3_gather_16bit_weights_on_model_save": True}  # fmt: skip
-    auto = dict.fromkeys(
-        ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"),
-        "auto",
-    )
-    deepspeed = {**auto, "gradient_clipping": 1.0, "zero_optimization": zero}
-    (folder / "deepspeed.json").write_text(json.dumps(deepspeed))
-    launch = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "DEEPSPEED",
-              "deepspeed_config": {"deepspeed_config_file": str(folder / "deepspeed.json"),
-                                   "zero3_init_flag": True},
-              "machine_rank": 0, "num_machines": 1, "rdzv_backend": "static",
-              "same_network": True, "use_cpu": False}  # fmt: skip
-    (folder / "accelerate.json").write_text(json.dumps(launch))
-    config = ["--config_file", str(folder / "accelerate.json"), "--num_processes", "2"]
-    return [str(BIN / "accelerate"), "launch", *config, "-m", "reasonrl.cli"]
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +135,7 @@ def test_a_preference_round_over_two_processes_is_one_with_twice_the_accumulatio
         return json.dumps({"preference": {"train": train}})
 
     runs = {}
-    for launcher, grad_accum in (("one", 2), ("ddp", 1), ("zero3", 1)):
+    for launcher, grad_accum in (("one", 2), ("ddp", 1), ("zero3-sharded", 1)):
         out = tmp_path / launcher
         args = ["preference-train", "--config-json", config(grad_accum), "--variant", "mdpo"]
         args += ["--model", str(tiny_policy), "--data", str(pairs / "labels")]
@@ -155,7 +143,7 @@ def test_a_preference_round_over_two_processes_is_one_with_twice_the_accumulatio
         runs[launcher] = _run(out, launcher, *args)
     # 2 epochs of 16 pairs at 2 per micro-batch, 2 micro-batches per step (either way)
     assert runs["one"]["steps"] == 8
-    for launcher in ("ddp", "zero3"):
+    for launcher in ("ddp", "zero3-sharded"):
         _same_training(runs["one"], runs[launcher])
         _same_weights(tmp_path / "one", tmp_path / launcher, tiny_policy)
 
@@ -166,7 +154,7 @@ def test_reward_model_training_over_two_processes_is_one_with_twice_the_accumula
     from reasonrl.rewards.models import load_reward_model
 
     runs = {}
-    for launcher, grad_accum in (("one", 4), ("ddp", 2), ("zero3", 2)):
+    for launcher, grad_accum in (("one", 4), ("ddp", 2), ("zero3-sharded", 2)):
         train = {"max_steps": 4, "batch_size": 2, "grad_accum": grad_accum, "lr": 1e-2,
                  "log_every": 1}  # fmt: skip
         out = tmp_path / launcher
@@ -180,7 +168,7 @@ def test_reward_model_training_over_two_processes_is_one_with_twice_the_accumula
         args += ["--data", str(rm_inputs / "samples.jsonl"), "--out", str(out)]
         runs[launcher] = _run(out, launcher, *args)
     want = load_reward_model(tmp_path / "one")[0].state_dict()
-    for launcher in ("ddp", "zero3"):
+    for launcher in ("ddp", "zero3-sharded"):
         _same_training(runs["one"], runs[launcher])
         assert runs[launcher]["heldout"] == pytest.approx(runs["one"]["heldout"])
         got = load_reward_model(tmp_path / launcher)[0].state_dict()
@@ -222,7 +210,7 @@ def test_reference_logps_over_two_processes_are_the_one_process_rows(tiny_policy
     """Each process scores its part of the rows; the main one writes all, in order."""
     config = json.dumps({"preference": {"train": {"max_length": 256}}})
     rows = {}
-    for launcher in ("one", "ddp", "zero3"):
+    for launcher in ("one", "ddp", "zero3-sharded"):
         out = tmp_path / launcher / "reference.jsonl"
         args = ["reference-logps", "--config-json", config, "--variant", "mdpo"]
         args += ["--model", str(tiny_policy), "--data", str(pairs / "labels"), "--out", str(out)]
@@ -240,7 +228,7 @@ def test_reference_logps_over_two_processes_are_the_one_process_rows(tiny_policy
         )
         rows[launcher] = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows["one"]) == 16
-    for launcher in ("ddp", "zero3"):
+    for launcher in ("ddp", "zero3-sharded"):
         assert [r["index"] for r in rows[launcher]] == [r["index"] for r in rows["one"]]
         for got, want in zip(rows[launcher], rows["one"], strict=True):
             assert got["logps"] == pytest.approx(want["logps"], rel=1e-5)
@@ -298,7 +286,7 @@ def test_raft_accumulation_weighs_winners_by_their_tokens(tiny_policy, tmp_path)
 
 
 def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
-    tiny_policy, reward_model, problems, sharded_zero3, tmp_path
+    tiny_policy, reward_model, problems, tmp_path
 ):
     """Each process samples, scores and computes the buffer of its share of the prompts; the
     gathered buffer is the one process's, so the steps (greedy sampling: no seed to differ)
@@ -319,18 +307,16 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     sections = {"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}}
     config = json.dumps({"seed": 3, **sections})
     runs = {}
-    commands = {"zero3-sharded": sharded_zero3}
-    for launcher in ("one", "ddp", "zero2", "zero3", "zero3-sharded"):
+    for launcher in ("one", "ddp", "zero2", "zero3-sharded"):
         out = tmp_path / launcher
         args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
         args += ["--reward-model", str(reward_model), "--problems", str(problems)]
-        command = commands.get(launcher)
-        runs[launcher] = _run(out, launcher, *args, "--out", str(out), command=command)
+        runs[launcher] = _run(out, launcher, *args, "--out", str(out))
     # 4 prompts x 2 responses, best and a random one kept per prompt: 8 rows per iteration
     # nominally, 4 per step (2 micro-batches of 2 on one process, 1 on each of two)
     assert runs["one"]["steps_per_iteration"] == 2
     want = load_policy(tmp_path / "one")[0].state_dict()
-    for launcher in ("ddp", "zero2", "zero3", "zero3-sharded"):
+    for launcher in ("ddp", "zero2", "zero3-sharded"):
         _same_training(runs["one"], runs[launcher])
         for key in ("compute", "best_iteration", "best_heldout", "final_heldout"):
             assert runs[launcher][key] == pytest.approx(runs["one"][key]), key

@@ -315,10 +315,14 @@ class PPORun:
         others take part in gathering it (ZeRO-3) and wait for it."""
         key = [info["heldout_pass"], info["heldout_reward"]]
         self._wait_for_everyone()
-        state = self._trained_state()  # every process: gathering shards is a collective
+        # Sharded, every process takes part in gathering the state, needed or not (a
+        # collective); whole, the main process copies it only when it is the best.
+        sharded = is_sharded(self.model.policy)
+        state = self._trained_state() if sharded else None
         if self._is_main() and (not self.best_path.exists() or key > self._best()["key"]):
             self.best_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.best_path.with_suffix(".tmp")
+            state = state if sharded else self._trained_state()
             torch.save({"key": key, "iteration": iteration, "state": state}, tmp)
             os.replace(tmp, self.best_path)
         self._wait_for_everyone()
