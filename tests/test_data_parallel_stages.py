@@ -1,12 +1,12 @@
 """The training rules launched over a job's GPUs (sft, preference_train, train_reward_model, ppo,
-online_dpo):
-each CLI verb run over two CPU processes (gloo), data parallel, under the profiles' DeepSpeed
-ZeRO-2 config or under a ZeRO-3 config that shards every parameter (the profile's would
-shard none of the tiny policy's: "zero3-sharded"), trains as one process with twice the gradient accumulation does: the same
-micro-batches per step, so the same losses, learning rates and gradient norms step by step,
-and the same weights; with LoRA adapters too. Before, on a CPU each process trained alone,
-the learning-rate schedule ran once per process per step, DeepSpeed stepped at every
-micro-batch, and accelerate's DeepSpeed set-up stopped for want of a data loader."""
+online_dpo): each CLI verb run over two CPU processes (gloo), data parallel, under the profiles'
+DeepSpeed ZeRO-2 config or under a ZeRO-3 config that shards every parameter (the profile's
+would shard none of the tiny policy's: "zero3-sharded"), trains as one process with twice the
+gradient accumulation does: the same micro-batches per step, so the same losses, learning rates
+and gradient norms step by step, and the same weights; with LoRA adapters too. Before, on a CPU
+each process trained alone, the learning-rate schedule ran once per process per step, DeepSpeed
+stepped at every micro-batch, and accelerate's DeepSpeed set-up stopped for want of a data
+loader."""
 
 from __future__ import annotations
 
