@@ -44,10 +44,13 @@ class SideBySide:
     def close(self) -> None:
         """Stop every worker now, running jobs included (a job's own children die with it:
         the generator asks Linux for that, bwrap runs with --die-with-parent)."""
-        # Every worker the executor started (only submit() starts them, on this thread; the
-        # executor has no public kill). Each is killed: one killed while it holds the result
-        # queue's lock would leave any other stuck on it, and the interpreter's exit, which
-        # joins them, hung (a worker that had not yet reported its pid was missed so).
+        # Every worker the executor started (only submit() starts them, one per job while
+        # fewer than `workers` exist; the executor has no public kill). A job submitted from
+        # another thread after this read would start none: the learning file's chained runs
+        # come after five jobs that started all three. Each is killed: one killed while it
+        # holds the result queue's lock would leave any other stuck on it, and the
+        # interpreter's exit, which joins them, hung (a worker that had not yet reported its
+        # pid was missed so).
         workers = list((self._executor._processes or {}).values())
         self._executor.shutdown(wait=False, cancel_futures=True)
         for worker in workers:

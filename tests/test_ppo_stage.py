@@ -497,3 +497,41 @@ def test_an_iterations_steps_pass_over_its_buffer_on_every_process(processes, gr
         seen = [int(r) for step in epoch for b in step for r in b["input_ids"][:, 0]]
         assert sorted(set(seen)) == list(range(10)) and len(seen) == 12
     assert [b["info"]["queries"] for step in steps[:2] for b in step] == [5.0, 5.0, 0.0, 0.0]
+
+
+def test_only_a_new_best_iteration_copies_the_policys_state(tiny_policy, problems, tmp_path):
+    """The state is copied (under ZeRO-3 gathered, by every process) for a held-out score
+    above the best so far only, and restoring returns the record without its weights."""
+    import reasonrl.ppo_run as ppo_run
+    from reasonrl.training.reference import Reference
+
+    config = ppo_config(reward="oracle")
+    policy, tokenizer = load_policy(tiny_policy)
+    reference = Reference.frozen(load_policy(tiny_policy)[0].eval().requires_grad_(False))
+    variant = ppo_run.find_variant(config["ppo"], "m")
+    run = ppo_run.PPORun(
+        config, variant, (policy, tokenizer, reference), None, read_jsonl(problems), tmp_path
+    )
+    copies = []
+    trained_state = run._trained_state
+    run._trained_state = lambda: copies.append(1) or trained_state()
+    for iteration, score in enumerate([0.5, 0.4, 0.5, 0.6, 0.1]):
+        run.keep_if_best(iteration, {"heldout_pass": score, "heldout_reward": 0.0})
+    assert len(copies) == 2
+    assert run.restore_best() == {"key": [0.6, 0.0], "iteration": 3}
+
+
+def test_ppo_does_not_gather_its_last_weights(
+    tiny_policy, reward_model, problems, tmp_path, monkeypatch
+):
+    """PPO saves its best iteration's weights: the loop's finish must not gather the last
+    ones (under ZeRO-3, the whole policy and critic to the main process's memory)."""
+    import reasonrl.training.loop as loop
+
+    def gathered(*_):
+        raise AssertionError("the last weights were gathered")
+
+    monkeypatch.setattr(loop, "_gathered_state_dict", gathered)
+    config = ppo_config(iterations=1)
+    run_ppo(config, "br", str(tiny_policy), str(reward_model), str(problems), tmp_path / "out")
+    assert (tmp_path / "out" / "metrics.json").exists()

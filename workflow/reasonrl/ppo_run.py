@@ -315,21 +315,21 @@ class PPORun:
         others take part in gathering it (ZeRO-3) and wait for it."""
         key = [info["heldout_pass"], info["heldout_reward"]]
         self._wait_for_everyone()
-        # Sharded, every process takes part in gathering the state, needed or not (a
-        # collective); whole, the main process copies it only when it is the best.
-        sharded = is_sharded(self.model.policy)
-        state = self._trained_state() if sharded else None
-        if self._is_main() and (not self.best_path.exists() or key > self._best()["key"]):
-            self.best_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.best_path.with_suffix(".tmp")
-            state = state if sharded else self._trained_state()
-            torch.save({"key": key, "iteration": iteration, "state": state}, tmp)
-            os.replace(tmp, self.best_path)
+        # Every process decides alike (the same score, the same file), so under ZeRO-3 all
+        # take part in gathering the state (a collective) only when it is the best.
+        if not self.best_path.exists() or key > self._best()["key"]:
+            state = self._trained_state()
+            if self._is_main():
+                self.best_path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.best_path.with_suffix(".tmp")
+                torch.save({"key": key, "iteration": iteration, "state": state}, tmp)
+                os.replace(tmp, self.best_path)
         self._wait_for_everyone()
 
     def _best(self) -> dict:
-        # on the CPU: saved from the main process's GPU, it would load back there
-        return torch.load(self.best_path, weights_only=True, map_location="cpu")
+        # On the CPU (saved from the main process's GPU, it would load back there), mapped
+        # rather than read: every process opens it, and reading the key touches no weight.
+        return torch.load(self.best_path, weights_only=True, map_location="cpu", mmap=True)
 
     def _is_main(self) -> bool:
         return self.processes == 1 or PartialState().is_main_process
@@ -351,7 +351,7 @@ class PPORun:
             raise ReasonRLError(
                 f"{self.best_path}: weights the policy does not have ({loaded.unexpected_keys[0]})"
             )
-        return best
+        return {k: v for k, v in best.items() if k != "state"}  # the weights are in the policy
 
     def _trained_state(self) -> dict[str, torch.Tensor] | None:
         """What training changes in the policy: its trainable parameters and its buffers.

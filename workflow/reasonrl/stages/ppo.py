@@ -90,7 +90,7 @@ def ppo(
         info = ppo_run.start_iteration(iteration, fresh=iteration == 0)  # held-out score, best
         buffer = ppo_run.fill_buffer(iteration, info)  # generate -> score -> filter -> GAE
         loop.run(BufferBatches(ppo_run, iteration, buffer, info), per)  # the update
-    result = loop.finish()
+    result = loop.finish(gather=False)  # it saves the best iteration's weights
     final = ppo_run.evaluate(seed + 991)
     ppo_run.keep_if_best(section["iterations"], final)
     best = ppo_run.restore_best()

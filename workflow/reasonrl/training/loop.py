@@ -311,9 +311,11 @@ class TrainingLoop:
             if self.step % settings.checkpoint_every == 0 and self.step < settings.max_steps:
                 self.checkpoints.save(accelerator, self.step, self.history)
 
-    def finish(self) -> dict:
+    def finish(self, gather: bool = True) -> dict:
         """{"history", "resumed_from", "train_seconds", "model", "state_dict"}; the trained
-        weights are back in the dtype the model came in."""
+        weights are back in the dtype the model came in. `gather=False`: no state_dict (None)
+        for a caller that saves other weights than the last (PPO's best iteration), so
+        ZeRO-3 does not gather the whole model to the main process's memory for nothing."""
         self.bar.close()
         for param, dtype in self.master_weights:
             param.data = param.data.to(dtype)
@@ -324,7 +326,7 @@ class TrainingLoop:
             "resumed_from": self.resumed_from,
             "train_seconds": time.perf_counter() - self.started,
             "model": self.unwrapped_model,
-            "state_dict": _gathered_state_dict(self.accelerator, self.model),
+            "state_dict": _gathered_state_dict(self.accelerator, self.model) if gather else None,
         }
 
 

@@ -28,7 +28,7 @@ def is_sharded(module: torch.nn.Module) -> bool:
 def whole(module: torch.nn.Module, modifier_rank: int | None = None) -> Iterator[None]:
     """`module`'s parameters whole on every process inside the block: a collective, every
     process enters it. With `modifier_rank`, that process's values (changed in the block)
-    go to every shard at its end; without, changes are an error. Nothing where `module` is
+    go to every shard at its end; without, changes are dropped. Nothing where `module` is
     not sharded."""
     if not is_sharded(module):
         yield
