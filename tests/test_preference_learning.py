@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -138,8 +137,8 @@ def greedy_eval(config: dict, root: Path, policy: str, task: str) -> dict:
     return {**metrics, "scores": greedy_correct(str(out / "trajectories.jsonl"))}
 
 
-def train_start(seed: int, root: Path) -> dict:
-    """The SFT tool policy of `seed` in `root`, with its greedy evaluations on both bands."""
+def train_start(seed: int, root: Path, bands: tuple[str, ...]) -> dict:
+    """The SFT tool policy of `seed` in `root`, with its greedy evaluations on `bands`."""
     config = learning_config(seed)
     for task in (EASY, FRONTIER):
         make_data(config, task, str(root / "data" / task))
@@ -147,19 +146,26 @@ def train_start(seed: int, root: Path) -> dict:
     tiny = config["policy"]["tiny"]
     build_tiny_policy(corpus_texts(train), tiny, seed, root / "base")
     run_sft(config, "tool", str(root / "base"), train, str(root / "sft"))
-    evals = {task: greedy_eval(config, root, "sft", task) for task in (EASY, FRONTIER)}
+    evals = {task: greedy_eval(config, root, "sft", task) for task in bands}
     return {"root": root, "config": config, "eval": evals}
+
+
+# The bands each SFT start is evaluated on: the methods' start is compared on both, the other
+# start only shows it learned to copy numbers (the easy band).
+START_BANDS = {**{seed: (EASY,) for seed in COPY_SEEDS}, METHOD_SEED: (EASY, FRONTIER)}
 
 
 class LearningRuns:
     """The file's runs side by side (tests/side_by_side.py): both SFT starts at once, then
-    each method's run from the seed-0 start, the longest first, as workers come free. Each run
-    is the stage functions the DAG's rules call, in its own folders."""
+    each method's run from the seed-0 start as workers come free (_submit_methods says in
+    which order). Each run is the stage functions the DAG's rules call, in its own folders."""
 
     def __init__(self, pool: SideBySide, tmp_path_factory) -> None:
         self._pool = pool
         self._starts = {
-            seed: pool.submit(train_start, seed, tmp_path_factory.mktemp(f"start{seed}"))
+            seed: pool.submit(
+                train_start, seed, tmp_path_factory.mktemp(f"start{seed}"), START_BANDS[seed]
+            )
             for seed in COPY_SEEDS
         }
         self._methods: dict[str, Future] = {}
@@ -181,41 +187,68 @@ class LearningRuns:
         make_pool(config, FRONTIER, "online_dpo", str(root / "pool-online"))
         make_pool(config, FRONTIER, "ppo", str(root / "pool-ppo"))
         submit = self._pool.submit
-        reward_models = submit(reward_model_runs, start)
+        # The short BT-RM run first: the two PF-PPO runs (rewarded by its BT-RM), among the
+        # longest, and the other reward models (their search ranks with it too) wait for it,
+        # then queue behind the runs without a dependency, the longest first; so no run is
+        # left alone on the machine for long at the end.
+        bt = submit(bt_rm_run, start)
         self._methods = {
-            "reward_models": reward_models,
+            "rm-bt": bt,
             "ppo": submit(ppo_training, start),
             "preference": submit(preference_rounds, start),
-            "online-async": submit(online_training, start, "async"),
-            "online-sync": submit(online_training, start, "sync"),
-            # rewarded by the BT-RM the reward-model run trains
-            **{
-                f"ppo-{name}": self._after(reward_models, rm_ppo_training, start, name)
-                for name in RM_PPO_VARIANTS
-            },
+            # async_vs_sync compares the frontier only
+            "online-async": submit(online_training, start, "async", (EASY, FRONTIER)),
+            "online-sync": submit(online_training, start, "sync", (FRONTIER,)),
         }
+        after_bt = [(rm_ppo_training, start, name) for name in RM_PPO_VARIANTS]
+        after_bt.append((reward_model_runs, start))
+        names = [*(f"ppo-{name}" for name in RM_PPO_VARIANTS), "reward_models"]
+        self._methods |= dict(zip(names, self._after(bt, after_bt), strict=True))
 
-    def _after(self, first: Future, job: Callable[..., Any], *args: Any) -> Future:
-        """The future of `job(*args)`, submitted to the pool once `first` has succeeded (or
-        `first`'s exception). A thread waits for `first`: the pool takes jobs from this
-        process's threads, not from its own callbacks' thread."""
-        chained: Future = Future()
+    def _after(self, first: Future, jobs: list[tuple]) -> list[Future]:
+        """The futures of `jobs` (each a function and its arguments), submitted to the pool in
+        their order once `first` has succeeded (or `first`'s exception). A thread waits for
+        `first`: the pool takes jobs from this process's threads, not from its own callbacks'
+        thread."""
+        chained: list[Future] = [Future() for _ in jobs]
 
         def submit_when_ready() -> None:
             try:
                 first.result()
-                chained.set_result(self._pool.submit(job, *args).result())
+                started = [self._pool.submit(*job) for job in jobs]
             except BaseException as error:  # noqa: BLE001 - handed to whoever waits
-                chained.set_exception(error)
+                for future in chained:
+                    future.set_exception(error)
+                return
+            for future, job in zip(chained, started, strict=True):
+                _chain(job, future)
 
         threading.Thread(target=submit_when_ready, daemon=True).start()
         return chained
 
 
+def _chain(source: Future, target: Future) -> None:
+    """`target` takes `source`'s result or exception when `source` is done."""
+
+    def copy(done: Future) -> None:
+        if done.cancelled():  # the pool closed before it started
+            target.cancel()
+            return
+        error = done.exception()
+        if error is None:
+            target.set_result(done.result())
+        else:
+            target.set_exception(error)
+
+    source.add_done_callback(copy)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Iterator[LearningRuns]:
-    # Three workers on two cores: the five method runs (about 300-500 s each on one thread)
-    # leave less of the end to one worker alone than two workers would.
+    # Three workers on two cores: the method runs (2026-11-29, three at a time beside other
+    # tests: the BT-RM's samples and training 270 s, the other reward models and their
+    # search 450 s, online DPO 310-370 s, PF-PPO and PPO-S 425 s, M-DPO with M-KTO 610 s, PPO
+    # 700 s) leave less of the end to one worker alone than two workers would.
     pool = SideBySide(workers=3)
     try:
         yield LearningRuns(pool, tmp_path_factory)
@@ -290,9 +323,9 @@ def headroom(samples_path: Path) -> dict:
     return {"pass@k": sum(solved) / len(solved), "mixed": sum(mixed) / len(mixed)}
 
 
-def online_training(start: dict, mode: str) -> dict:
+def online_training(start: dict, mode: str, bands: tuple[str, ...]) -> dict:
     """One online DPO run of ONLINE from the start, in `mode` (sync or async), and its
-    greedy evaluations on both bands."""
+    greedy evaluations on `bands`."""
     from reasonrl.stages.online_dpo import online_dpo as run_online
 
     root = start["root"]
@@ -307,7 +340,7 @@ def online_training(start: dict, mode: str) -> dict:
     return {
         "history": metrics["history"],
         "wall_seconds": metrics["wall_seconds"],
-        "eval": {task: greedy_eval(config, root, name, task) for task in (EASY, FRONTIER)},
+        "eval": {task: greedy_eval(config, root, name, task) for task in bands},
     }
 
 
@@ -326,12 +359,12 @@ def ppo_training(start: dict) -> dict:
 
 
 # PF-PPO against PPO-S (config/tables.yaml's pfppo_vs_ppo_s) at this file's size: its
-# variants' filters, each rewarded by the default's BT-RM (rm_run's).
+# variants' filters, each rewarded by the default's BT-RM (bt_rm_run's).
 RM_PPO_VARIANTS = {"s": "ppo-s", "br": "br"}
 
 
 def rm_ppo_training(start: dict, name: str) -> dict:
-    """PPO of RM_PPO_VARIANTS' `name` rewarded by the BT-RM of `reward_model_runs`, with the
+    """PPO of RM_PPO_VARIANTS' `name` rewarded by the BT-RM of `bt_rm_run`, with the
     verifier-rewarded run's settings otherwise (the default's ppo section: the same pool,
     iterations, samples, lr and selection of the best iteration), and its greedy evaluation
     on the frontier."""
@@ -354,36 +387,54 @@ SEARCH_COMPARISONS = {
 }
 
 
-def reward_model_runs(start: dict) -> dict:
-    """The default's reward models (config.yaml's reward_models section: 100 prompts x 5
-    samples at T 0.7, Math-Shepherd labels from 4 completions per step of one solution per
-    prompt, 40 steps each) from the seed-0 start on the frontier's own reward_models pool;
-    best-of-16 on the first 100 frontier test problems and HGS-PRM on the first 30, as the
-    default DAG runs them."""
+# The default's reward models (config.yaml's reward_models section: 100 prompts x 5 samples at
+# T 0.7, Math-Shepherd labels from 4 completions per step of one solution per prompt, 40 steps
+# each) from the seed-0 start on the frontier's own reward_models pool, in two runs: the
+# samples and the BT-RM first, which the PF-PPO runs wait for; then the PRM and ORM, and the
+# search with all three as the default DAG runs it.
+RM_KINDS = ("bt", "orm", "prm")
+
+
+def _rm_paths(root: Path) -> dict[str, str]:
+    return {
+        "pool": str(root / "pool-rm/problems.jsonl"),
+        "sft": str(root / "sft"),
+        "samples": str(root / "rm-samples/samples.jsonl"),
+        **{kind: str(root / f"rm-{kind}") for kind in RM_KINDS},
+    }
+
+
+def bt_rm_run(start: dict) -> dict:
+    """The reward models' samples of the frontier's reward_models pool, and the BT-RM on them."""
     root, config = start["root"], start["config"]
     make_pool(config, FRONTIER, "reward_models", str(root / "pool-rm"))
-    pool, sft = str(root / "pool-rm/problems.jsonl"), str(root / "sft")
-    samples = str(root / "rm-samples/samples.jsonl")
-    sampled = sample_rm_data(config, sft, pool, str(root / "rm-samples"))
+    paths = _rm_paths(root)
+    sampled = sample_rm_data(config, paths["sft"], paths["pool"], str(root / "rm-samples"))
+    trained = train_reward_model(
+        config, "bt", paths["sft"], paths["pool"], paths["samples"], paths["bt"]
+    )
+    return {"sampled": sampled, "trained": trained}
+
+
+def reward_model_runs(start: dict) -> dict:
+    """After `bt_rm_run`: Math-Shepherd labels, the PRM and the ORM; best-of-16 on the first
+    100 frontier test problems and HGS-PRM on the first 30, as the default DAG runs them."""
+    root, config = start["root"], start["config"]
+    paths = _rm_paths(root)
+    pool, sft, samples = paths["pool"], paths["sft"], paths["samples"]
     shepherd = annotate_prm(config, sft, pool, samples, str(root / "rm-shepherd"))
-    data = {"bt": samples, "orm": samples, "prm": str(root / "rm-shepherd/prm.jsonl")}
-    models = {kind: str(root / f"rm-{kind}") for kind in data}
+    data = {"orm": samples, "prm": str(root / "rm-shepherd/prm.jsonl")}
     trained = {
-        kind: train_reward_model(config, kind, sft, pool, data[kind], models[kind]) for kind in data
+        kind: train_reward_model(config, kind, sft, pool, data[kind], paths[kind]) for kind in data
     }
+    models = {kind: paths[kind] for kind in RM_KINDS}
     test = str(root / "data" / FRONTIER / "test.jsonl")
     table = best_of_n(config, sft, test, models, str(root / "bon"))
     hgs_search(config, sft, models["prm"], test, str(root / "bon"), str(root / "hgs"))
     folders = {f"{FRONTIER}/best-of-n": str(root / "bon"), f"{FRONTIER}/hgs": str(root / "hgs")}
     declared = [{"a": a, "b": b, "task": FRONTIER} for a, b in SEARCH_COMPARISONS.values()]
     scores = {arm: arm_scores for (_, arm), arm_scores in search_scores(declared, folders).items()}
-    return {
-        "sampled": sampled,
-        "shepherd": shepherd,
-        "trained": trained,
-        "table": table,
-        "scores": scores,
-    }
+    return {"shepherd": shepherd, "trained": trained, "table": table, "scores": scores}
 
 
 def search_rows(scores: dict[str, dict[str, float]]) -> list[dict]:
@@ -423,7 +474,8 @@ def ppo_run(runs) -> dict:
 
 @pytest.fixture(scope="module")
 def rm_run(runs) -> dict:
-    return runs.method("reward_models")
+    bt, rest = runs.method("rm-bt"), runs.method("reward_models")
+    return {**rest, "sampled": bt["sampled"], "trained": {"bt": bt["trained"], **rest["trained"]}}
 
 
 @pytest.fixture(scope="module")
