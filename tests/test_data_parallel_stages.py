@@ -83,14 +83,20 @@ LAUNCHERS = {
 
 def _run(folder: Path, launcher: str, *args: str) -> dict:
     """`reasonrl ARGS` started by `launcher`; its metrics.json."""
+    _launch(launcher, *args)
+    return json.loads((folder / "metrics.json").read_text())
+
+
+def _launch(launcher: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`reasonrl ARGS` started by `launcher`, which must succeed within `timeout` seconds."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if launcher == "ddp":
         env["ACCELERATE_USE_CPU"] = "true"  # DeepSpeed's launches find no GPU by themselves
     done = subprocess.run(
-        [*LAUNCHERS[launcher], *args], capture_output=True, text=True, env=env, timeout=600
+        [*LAUNCHERS[launcher], *args], capture_output=True, text=True, env=env, timeout=timeout
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((folder / "metrics.json").read_text())
+    return done
 
 
 def _same_training(one: dict, two: dict) -> None:
@@ -295,7 +301,9 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     the one process's. Under ZeRO-3 (every parameter sharded: zero3-sharded) the processes
     sample with the policy gathered whole, one held-out prompt on one process while the
     other samples none (in lockstep, or with the per-layer gathers on, they would wait on
-    each other), and the best iteration (one before the last) is saved from gathered shards
+    each other), the frozen reference and reward model are sharded too (so the one process
+    that scores the held-out prompt has the other run an idle reward-model forward beside
+    its forward), and the best iteration (one before the last) is saved from gathered shards
     and restored into them: the final weights are its."""
     ppo = {"iterations": 2, "prompts_per_iteration": 4, "responses_per_prompt": 2,
            "heldout_prompts": 1, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
@@ -306,12 +314,15 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     # is not: _same_training checks that the run learned something)
     sections = {"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}}
     config = json.dumps({"seed": 3, **sections})
-    runs = {}
+    runs, logs = {}, {}
     for launcher in ("one", "ddp", "zero2", "zero3-sharded"):
         out = tmp_path / launcher
         args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
         args += ["--reward-model", str(reward_model), "--problems", str(problems)]
-        runs[launcher] = _run(out, launcher, *args, "--out", str(out))
+        logs[launcher] = _launch(launcher, *args, "--out", str(out)).stderr
+        runs[launcher] = json.loads((out / "metrics.json").read_text())
+    for launcher, processes in (("zero2", 0), ("zero3-sharded", 2)):
+        assert logs[launcher].count(SHARDED_FROZEN) == processes, launcher
     # 4 prompts x 2 responses, best and a random one kept per prompt: 8 rows per iteration
     # nominally, 4 per step (2 micro-batches of 2 on one process, 1 on each of two)
     assert runs["one"]["steps_per_iteration"] == 2
@@ -325,6 +336,44 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
             torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
     assert runs["one"]["compute"]["policy_passes"] == 8  # every kept row, once per epoch
     assert runs["one"]["best_iteration"] < ppo["iterations"]  # restored: not the last weights
+
+
+SHARDED_FROZEN = "the frozen reference and reward model are sharded under ZeRO-3"
+
+
+def test_ppo_under_zero3_scores_uneven_shares_with_its_sharded_reward_model(
+    tiny_policy, reward_model, problems, tmp_path
+):
+    """ZeRO-3 shards PPO's reward model, so each of its forwards is a collective. 3 prompts x
+    12 samples share out as 24 and 12 rows, 2 and 1 reward-model forwards of 16 rows (the
+    held-out prompt: 1 and 0): the process with fewer runs idle forwards up to the other's,
+    else the two wait on each other (the run would not end within the timeout). The run's
+    scores, counts and weights are the one process's."""
+    ppo = {"iterations": 1, "prompts_per_iteration": 3, "responses_per_prompt": 12,
+           "heldout_prompts": 1, "ppo_epochs": 2, "batch_size": 3, "global_batch_size": 6,
+           "temperature": 1e-3, "max_length": 256,
+           "variants": [{"name": "br", "filter": "br"}]}  # fmt: skip
+    rollout = {"max_turns": 1, "max_turn_tokens": 8, "max_total_tokens": 8}
+    config = json.dumps({"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}})
+    runs = {}
+    for launcher in ("one", "zero3-sharded"):
+        out = tmp_path / launcher
+        args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
+        args += ["--reward-model", str(reward_model), "--problems", str(problems)]
+        log = _launch(launcher, *args, "--out", str(out), timeout=300).stderr
+        assert log.count(SHARDED_FROZEN) == (2 if launcher != "one" else 0)
+        runs[launcher] = json.loads((out / "metrics.json").read_text())
+    one, two = runs["one"], runs["zero3-sharded"]
+    assert one["compute"]["rm_passes"] == 36
+    for key in ("compute", "best_heldout", "final_heldout"):
+        assert two[key] == pytest.approx(one[key]), key
+    assert [h["loss"] for h in two["history"]] == pytest.approx(
+        [h["loss"] for h in one["history"]], rel=1e-4, abs=1e-6
+    )
+    want = load_policy(tmp_path / "one")[0].state_dict()
+    got = load_policy(tmp_path / "zero3-sharded")[0].state_dict()
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
 
 
 def test_a_whole_policy_rule_under_zero3_stops_with_one_line(tiny_policy, problems, tmp_path):

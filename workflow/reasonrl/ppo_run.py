@@ -16,10 +16,12 @@ same whole buffer as one process would, then trains on its own micro-batches of 
 DeepSpeed ZeRO-3, which shards the policy and critic, each process samples with the
 policy's parameters gathered whole (training.zero3), runs as many buffer forward passes as
 the process with the most rows (idle ones on a dummy row), and the best iteration's weights
-are gathered to save and sent back into the shards to restore; the frozen reference and
-the reward model are held whole on each process (never prepared, so never sharded). Not
-supported over several processes (check_launch): a vLLM engine, which would start its own
-process group inside the job's.
+are gathered to save and sent back into the shards to restore. The frozen reference (a
+copy, not LoRA's adapters-off policy) and the reward model are sharded alike
+(training.zero3.frozen_shards), so each of their forwards is a collective too: a process
+that scores fewer samples runs idle reward-model forwards up to the most any process runs,
+as the buffer's idle forwards cover the reference's. Not supported over several processes
+(check_launch): a vLLM engine, which would start its own process group inside the job's.
 
 Compute accounting rides in each step's stats (summed per iteration in metrics.json):
 queries, responses, reward-model passes, policy and critic forward-backward passes.
@@ -65,7 +67,7 @@ from reasonrl.training.ppo import (
     normalise,
     token_rewards,
 )
-from reasonrl.training.zero3 import for_generation, is_sharded, whole
+from reasonrl.training.zero3 import for_generation, frozen_shards, is_sharded, whole
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +226,13 @@ class PPORun:
 
     def trained_by(self, prepared: torch.nn.Module) -> None:
         """The training loop's prepared model: under ZeRO-3, the DeepSpeed engine whose
-        per-layer hooks sampling switches off (training.zero3.for_generation)."""
+        per-layer hooks sampling switches off (training.zero3.for_generation); the frozen
+        reference and reward model are then sharded too."""
         self.engine = prepared
+        if is_sharded(prepared):
+            self.reference = self.reference.sharded(frozen_shards)
+            self.scorer.shard(frozen_shards)
+            log.info("the frozen reference and reward model are sharded under ZeRO-3")
 
     # --- sampling ---------------------------------------------------------------------------
     def scored_rollouts(
@@ -233,14 +240,16 @@ class PPORun:
     ) -> tuple[list[dict], list[float], int]:
         """(rollouts, their rewards, reward-model passes) of `samples` per problem, in the
         problems' order. Over several processes each samples and scores its contiguous share
-        of the problems (seeded apart) and all receive the whole."""
+        of the problems (seeded apart) and all receive the whole; where ZeRO-3 shards the
+        reward model, each then runs idle forwards up to the most any process runs."""
+        most = self.scorer.forwards(math.ceil(len(problems) / self.processes) * samples)
 
         def share(part: list[dict]) -> list[tuple]:
-            if not part:
-                return []
             index = PartialState().process_index if self.processes > 1 else 0
-            rows = self._rollouts(part, samples, temperature, seed + 7_919 * index)
-            return [(rows, *self.scorer(rows))]
+            rows = self._rollouts(part, samples, temperature, seed + 7_919 * index) if part else []
+            scored = self.scorer(rows)
+            self.scorer.idle_forwards(most - self.scorer.forwards(len(rows)))
+            return [(rows, *scored)] if part else []
 
         # every process enters (a collective under ZeRO-3), with a share of prompts or none
         with for_generation(self.engine, self.model.policy):

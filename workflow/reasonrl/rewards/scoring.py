@@ -134,8 +134,12 @@ def orm_scores(model, tokenizer, solutions: list[tuple[str, list[str]]], **kw) -
     return [float(p[-1, 0]) for p in probs]
 
 
+# Conversations per Bradley-Terry forward pass.
+BT_BATCH = 16
+
+
 @torch.inference_mode()
-def bt_scores(model, tokenizer, texts: list[str], batch_size: int = 16) -> list[float]:
+def bt_scores(model, tokenizer, texts: list[str], batch_size: int = BT_BATCH) -> list[float]:
     """The Bradley-Terry model's scalar reward of each rendered conversation."""
     scores = []
     for start in range(0, len(texts), batch_size):

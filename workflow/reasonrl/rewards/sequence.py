@@ -8,11 +8,15 @@ them (the PF-PPO paper's appendix B).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
+import torch
 
 from reasonrl.chat import render
 from reasonrl.errors import ReasonRLError
+from reasonrl.models import on_model_device
 from reasonrl.rewards.models import load_reward_model
-from reasonrl.rewards.scoring import bt_scores
+from reasonrl.rewards.scoring import BT_BATCH, bt_scores
 
 REWARDS = ("rm", "oracle", "combined")
 
@@ -24,6 +28,7 @@ class SequenceScorer:
         self.check(kind, reward_model, key)
         self.kind = kind
         self.model = self.tokenizer = None
+        self.sharded = False  # over the job's processes (shard)
         if kind != "oracle":
             self.model, self.tokenizer, info = load_reward_model(reward_model, dtype)
             if info["kind"] != "bt":
@@ -38,6 +43,29 @@ class SequenceScorer:
             raise ReasonRLError(f"unknown {key} {kind!r} (expected one of {REWARDS})")
         if kind != "oracle" and not reward_model:
             raise ReasonRLError(f"{key} {kind!r} needs a reward model (--reward-model)")
+
+    def shard(self, shard: Callable[[torch.nn.Module], torch.nn.Module]) -> None:
+        """Hold the reward model as `shard(model)` (training.zero3.frozen_shards); nothing for
+        the verifier, which has none."""
+        if self.model is not None:
+            self.model, self.sharded = shard(self.model), True
+
+    def forwards(self, rows: int) -> int:
+        """The reward model's forward passes that scoring `rows` rows runs."""
+        return 0 if self.model is None else math.ceil(rows / BT_BATCH)
+
+    @torch.inference_mode()
+    def idle_forwards(self, count: int) -> None:
+        """`count` reward-model forwards on a one-token row, their results dropped, where the
+        model is sharded: what a process with fewer rows runs so that the model's layers
+        gather with the other processes' (ZeRO-3)."""
+        if not self.sharded:
+            return
+        row = torch.tensor([[self.tokenizer.pad_token_id]])
+        batch = {"input_ids": row, "attention_mask": torch.ones_like(row)}
+        batch = on_model_device(batch, self.model)
+        for _ in range(count):
+            self.model(**batch, use_cache=False)
 
     def rm(self, rows: list[dict]) -> list[float]:
         texts = [render(self.tokenizer, r["messages"]) for r in rows]

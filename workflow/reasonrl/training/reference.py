@@ -10,7 +10,7 @@ weights too, so the whole model is the start's while it is off.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -38,6 +38,12 @@ class Reference:
                 f"{type(policy).__name__} has no LoRA adapters to switch off for the reference"
             )
         return cls(policy, adapters_off=True)
+
+    def sharded(self, shard: Callable[[torch.nn.Module], torch.nn.Module]) -> Reference:
+        """This reference with its frozen copy replaced by `shard(copy)` (training.zero3.
+        frozen_shards); itself where it is the policy with its adapters off, which the
+        training loop shards with the policy."""
+        return self if self._adapters_off else Reference.frozen(shard(self._model))
 
     @contextmanager
     def evaluating(self) -> Iterator[torch.nn.Module]:

@@ -8,11 +8,13 @@ parameters gathered whole once, with the per-layer hooks off (as TRL's
 unwrap_model_for_generation and DeepSpeed's own do): left on, the post-forward hook frees
 the gathered parameters after the first token and the next forward all-gathers again.
 Saving gathers the parameters too, and loading writes into the whole ones and sends the
-main process's to every shard.
+main process's to every shard. A frozen model beside the trained one (PPO's reference and
+reward model) is sharded alike (`frozen_shards`), so no process holds it whole.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -57,3 +59,18 @@ def for_generation(engine, module: torch.nn.Module) -> Iterator[None]:
             yield
         finally:
             offload._register_deepspeed_module(offload.module)  # the hooks, as set up
+
+
+def frozen_shards(model: torch.nn.Module) -> torch.nn.Module:
+    """`model`, which nothing trains, as a DeepSpeed ZeRO-3 engine without an optimizer under
+    the job's DeepSpeed config (the trained model's, as accelerate resolved it when it
+    prepared that one; as TRL's prepare_deepspeed does): each process holds a shard of its
+    weights and every forward gathers them layer by layer, a collective that every process
+    must run alike. Call it after the training loop has prepared its model."""
+    import deepspeed
+    from accelerate.state import AcceleratorState
+
+    config = copy.deepcopy(AcceleratorState().deepspeed_plugin.deepspeed_config)
+    engine, *_ = deepspeed.initialize(model=model, config=config)
+    engine.eval()  # DeepSpeed's eval() returns nothing
+    return engine
