@@ -203,16 +203,15 @@ def _capacity_placements() -> dict[str, mp.Placement]:
 # pairs and the async online DPO learner's of 16 prompts (its 128-prompt steps accumulated
 # over 8), the M-DPO, PRM and online DPO recipes fit. Not yet PF-PPO: its PPO runs under
 # ZeRO-3 over the 8, so each GPU holds a shard of the bf16 policy and critic and of their
-# optimizer states (25 GiB), but its reference and RM whole (25 GiB: never prepared, so
-# never sharded), the policy gathered whole to sample with (12.5 GiB) and the activations
-# (21 GiB); beside the vLLM engine's 85% reservation that is 86 GiB against 12 (and the
-# launch refuses vLLM over several GPUs:
+# optimizer states (25 GiB) and of its reference and RM (3 GiB: ppo_run's frozen_shards),
+# but the policy gathered whole to sample with (12.5 GiB) and the activations (21 GiB);
+# beside the vLLM engine's 85% reservation that is 64 GiB against 12 (and the launch
+# refuses vLLM over several GPUs:
 # test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line); with the HF engine's KV
 # cache of generation.batch_size 256 x 2048 tokens (256 GiB), far more. It would take the
-# reference and RM sharded (as TRL's prepare_deepspeed does: -22 GiB) and the HF engine
-# sampling in smaller batches. Strict: the day it fits, its mark goes.
+# vLLM engine on a GPU of its own. Strict: the day it fits, its mark goes.
 NOT_FITTING = {
-    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo over 8 GPUs, ZeRO-3, vLLM beside: ~86 GiB",
+    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo over 8 GPUs, ZeRO-3, vLLM beside: ~64 GiB",
 }
 
 
@@ -441,9 +440,9 @@ def test_a_launch_check_skips_rules_the_config_does_not_run():
         mp.check_launches(config, placements, "F")
 
 
-def test_ppo_under_zero3_holds_its_reference_and_rm_whole_and_its_policy_gathered():
-    """PPO's sharded policy and critic states, beside its reference and RM whole on each GPU
-    (ppo_run prepares neither) and the policy gathered whole to sample with."""
+def test_ppo_under_zero3_shards_its_reference_and_rm_and_gathers_its_policy():
+    """PPO's sharded policy and critic states, beside its reference and RM sharded alike
+    (ppo_run's frozen_shards) and the policy gathered whole to sample with."""
     config = load_workflow_config([str(REPO / "config/gpu-pfppo-deepseek-coder-6.7b.yaml")])
     config["generation"]["engine"] = "hf"
     plans = {
@@ -453,7 +452,10 @@ def test_ppo_under_zero3_holds_its_reference_and_rm_whole_and_its_policy_gathere
     }  # fmt: skip
     policy = mp.architecture(config).params() * 2  # bfloat16
     assert plans[3].params == pytest.approx(2 * policy / 8)  # policy and critic, sharded
-    assert plans[3].other - plans[2].other == pytest.approx(policy)  # gathered to sample
+    # reference and RM: whole on each GPU under ZeRO-2, an eighth under ZeRO-3; beside them
+    # the policy gathered to sample
+    frozen = 2 * policy
+    assert plans[3].other - plans[2].other == pytest.approx(frozen / 8 - frozen + policy)
 
 
 def test_generator_gpus_belong_to_the_online_learner_only():
@@ -546,8 +548,8 @@ def test_the_rm_ppo_and_online_lora_reaches_the_plan(recipe, rules):
         assert lora[rule].optimizer < 0.02 * full[rule].optimizer, rule
         assert lora[rule].grads < 0.02 * full[rule].grads, rule
     learner = full["ppo" if "ppo" in rules else "online_dpo"]
-    # ZeRO-3 shards the online learner's frozen models too; PPO's are never prepared: whole
-    shards = learner.gpus if learner.zero == 3 and learner.rule != "ppo" else 1
+    # ZeRO-3 shards the learners' frozen models too (PPO's: ppo_run's frozen_shards)
+    shards = learner.gpus if learner.zero == 3 else 1
     reference = mp.architecture(config).params() * 2 / shards  # one bfloat16 policy copy
     assert learner.other - lora[learner.rule].other == pytest.approx(reference)
 

@@ -14,9 +14,9 @@ per weight, a 1-byte scale per block of 64 and an fp32 scale per 256 of those (d
 quantization), plus the two code books; the rest of the model and the adapters are fp32 (as
 peft's prepare_model_for_kbit_training casts them). ZeRO-1 divides the optimizer states over
 the job's GPUs, ZeRO-2 the gradients too, ZeRO-3 the parameters too (frozen models included,
-as DeepSpeed's ZeRO-3 does for every prepared model; PPO prepares only its policy and critic,
-so its reference and reward model stay whole on each GPU, and it samples with its policy
-gathered whole beside the shards). LoRA trains only the adapters.
+as DeepSpeed's ZeRO-3 does for every prepared model; PPO shards its frozen reference and
+reward model as its policy, and samples with its policy gathered whole beside the shards).
+LoRA trains only the adapters.
 
 Activations are the tensors autograd saves for the backward pass, counted the way Korthikanti
 et al. 2022 (section 4) count them, for the Hugging Face Llama/Mistral/Gemma decoder block
@@ -199,7 +199,6 @@ class RuleSpec:
     rule: str
     trained: list[Trained]
     frozen: int = 0  # frozen copies of the policy (reference, reward models)
-    frozen_whole: bool = False  # never prepared: whole on each GPU under ZeRO-3 too
     gathered: int = 0  # trained models gathered whole beside their ZeRO-3 shards (sampling)
     frozen_tokens: int = 0  # tokens of one frozen forward (its logits are held)
     kv_tokens: int = 0  # tokens of an HF engine's KV cache
@@ -330,9 +329,7 @@ def _plan(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) ->
         p, g, o = model_state_bytes(arch, t, weight_b, zero, n)
         params, grads, optim = params + p, grads + g, optim + o
         acts += activation_bytes(arch, t, weight_b)
-    frozen = (
-        spec.frozen * arch.params() * weight_b / (n if zero >= 3 and not spec.frozen_whole else 1)
-    )
+    frozen = spec.frozen * arch.params() * weight_b / (n if zero >= 3 else 1)
     if zero >= 3:
         frozen += spec.gathered * arch.params() * weight_b
     e = 2 if weight_b == 2 else 4
@@ -455,7 +452,8 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     # PPO trains in the policy's dtype (no precision key) and samples with the policy itself
     # (HF engine: its KV cache) or a vLLM engine beside it (generation.engine); under
     # ppo.lora a separate critic's trunk has adapters as the policy has. Under ZeRO-3 its
-    # reference and RM are whole (never prepared) and it samples with its policy gathered.
+    # reference and RM are sharded as its policy (ppo_run's frozen_shards) and it samples
+    # with its policy gathered.
     precision = "bf16" if _dtype_bytes(config) == 2 else "fp32"
     trained = [replace(_trained(ppo, rows, length), precision=precision)]
     if ppo["critic"] == "separate":  # built from the dequantized weights: never 4-bit
@@ -468,7 +466,7 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     generator = generation_spec("ppo", config, copies=vllm, frozen=reference + rm)
     return [
         generation_spec("ppo_r2", config, frozen=1),
-        replace(generator, trained=trained, note=note, frozen_whole=True, gathered=1),
+        replace(generator, trained=trained, note=note, gathered=1),
     ]
 
 
