@@ -535,3 +535,41 @@ def test_ppo_does_not_gather_its_last_weights(
     config = ppo_config(iterations=1)
     run_ppo(config, "br", str(tiny_policy), str(reward_model), str(problems), tmp_path / "out")
     assert (tmp_path / "out" / "metrics.json").exists()
+
+
+@pytest.mark.parametrize(("prompts", "forwards"), [(3, [2, 2]), (1, [1, 1]), (2, [1, 1])])
+def test_a_zero3_process_with_fewer_samples_runs_as_many_reward_model_forwards(
+    tiny_policy, reward_model, problems, tmp_path, monkeypatch, prompts, forwards
+):
+    """Under ZeRO-3 each reward-model forward gathers its sharded layers: a process whose
+    share of the samples takes fewer forwards of 16 (3 prompts x 12 samples: 24 and 12
+    rows; 1 prompt: 12 and none) runs idle ones up to the most any process runs. Two
+    processes stand in as two shares in turn; the scores are the one process's."""
+    import reasonrl.ppo_run as ppo_run
+
+    config = ppo_config()
+    policy, tokenizer = load_policy(tiny_policy)
+    models = (policy, tokenizer, None)  # scoring takes no reference
+    variant = ppo_run.find_variant(config["ppo"], "m")
+    rows = read_jsonl(problems)
+    run = ppo_run.PPORun(config, variant, models, str(reward_model), rows, tmp_path)
+    want = run.scored_rollouts(rows[:prompts], 12, 0.0, 5)
+    counted = []
+    run.scorer.model.register_forward_hook(lambda *_: counted.append(1))
+
+    def over_two(fn, items):
+        parts, calls = [], []
+        for index in range(2):
+            before = len(counted)
+            share = contiguous_share(len(items), 2, index)
+            parts += fn(items[share.start : share.stop])
+            calls.append(len(counted) - before)
+        counted_calls.extend(calls)
+        return parts
+
+    counted_calls: list[int] = []
+    monkeypatch.setattr(ppo_run, "gathered_over_processes", over_two)
+    run.processes, run.scorer.sharded = 2, True
+    got = run.scored_rollouts(rows[:prompts], 12, 0.0, 5)
+    assert counted_calls == forwards
+    assert got[1] == pytest.approx(want[1], abs=1e-5) and got[2] == want[2] == 12 * prompts
