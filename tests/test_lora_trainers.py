@@ -120,9 +120,9 @@ def test_the_generator_gets_the_merged_weights_of_a_lora_policy(tiny_policy):
     generator = GeneratorProcess(spec=None)  # its channel only: no process started
     try:
         generator.push(3, model)
-        version, state = generator.weights.get(timeout=30)
+        version, state = generator.requests.get(timeout=30)
     finally:
-        for channel in (generator.weights, generator.data):
+        for channel in (generator.requests, generator.replies):
             channel.cancel_join_thread()
             channel.close()
     want = merged(copy.deepcopy(model)).state_dict()

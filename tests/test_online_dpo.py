@@ -411,7 +411,7 @@ def test_a_steps_micro_batches_share_out_over_the_processes(monkeypatch):
 
 
 def test_a_generator_with_a_gpu_of_its_own_takes_the_first_after_the_learners(monkeypatch):
-    from reasonrl.online_dpo.actors import enter_generator_environment, generator_devices
+    from reasonrl.generator_process import enter_generator_environment, generator_devices
 
     assert generator_devices("4,5,6", 2) == "6" and generator_devices(None, 1) == "1"
     with pytest.raises(ReasonRLError, match="CUDA_VISIBLE_DEVICES=4,5 has no device after"):
@@ -420,7 +420,7 @@ def test_a_generator_with_a_gpu_of_its_own_takes_the_first_after_the_learners(mo
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_PORT", "29500")):
         monkeypatch.setenv(name, value)
-    enter_generator_environment(spec)
+    enter_generator_environment(spec.visible_devices)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"
     assert not {"RANK", "WORLD_SIZE", "MASTER_PORT"} & os.environ.keys()
 

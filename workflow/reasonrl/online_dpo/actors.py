@@ -1,8 +1,8 @@
 """The generator process and the learner's side of the channel to it.
 
-The generator is a separate process (spawned, its own torch threads) that owns a generation
-engine. It makes generation rounds in order; round g is N mini-batches of prompts, K samples
-each, sampled with the policy version the schedule names:
+The generator is a separate process (reasonrl.generator_process: spawned, its own torch
+threads) that owns a generation engine. It makes generation rounds in order; round g is N
+mini-batches of prompts, K samples each, sampled with the policy version the schedule names:
 
 - synchronous: version g*N, the learner's newest weights (generate, then train, then generate);
 - asynchronous: version (g-1)*N, so round g is sampled while the learner trains on round g-1.
@@ -14,24 +14,18 @@ version a round waits for differs.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
-import queue
-import signal
 import time
-import traceback
 from dataclasses import dataclass
 
 import torch
 
+from reasonrl import generator_process
 from reasonrl.errors import ReasonRLError
+from reasonrl.generator_process import next_request
 from reasonrl.training.lora import merged_state_dict
 
 log = logging.getLogger(__name__)
-
-POLL_SECONDS = 0.5
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -81,21 +75,6 @@ class GeneratorSpec:
     visible_devices: str | None = None
 
 
-def generator_devices(visible: str | None, learner_processes: int) -> str:
-    """The GPU of a generator with one of its own, as its CUDA_VISIBLE_DEVICES: the job's
-    first visible device after the learner's (local ranks 0..learner_processes-1 take the
-    first ones; `visible` is the job's CUDA_VISIBLE_DEVICES, None: all of the node's)."""
-    if visible is None:
-        return str(learner_processes)
-    devices = [d for d in visible.split(",") if d]
-    if len(devices) <= learner_processes:
-        raise ReasonRLError(
-            f"the generator's GPU: CUDA_VISIBLE_DEVICES={visible} has no device after the"
-            f" learner's {learner_processes}"
-        )
-    return devices[learner_processes]
-
-
 def round_problems(spec: GeneratorSpec, round_no: int) -> list[dict]:
     """The prompts of a round: N x prompts_per_step from a seeded order of the train split,
     cycling when the rounds outnumber it."""
@@ -107,45 +86,6 @@ def round_problems(spec: GeneratorSpec, round_no: int) -> list[dict]:
     random.Random(spec.config["seed"]).shuffle(order)
     start = round_no * count
     return [spec.problems[order[(start + i) % len(order)]] for i in range(count)]
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM this process when its parent dies (even by SIGKILL)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        log.warning("prctl is not available: the generator may outlive a killed learner")
-
-
-# What torchrun / accelerate launch tell a process of a data-parallel job. The generator,
-# started by the main process of such a job, is a one-process program: with these it would
-# take itself for the job's rank 0 and wait for the others to join it.
-LAUNCH_VARIABLES = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-)  # fmt: skip
-
-
-def generator_main(spec: GeneratorSpec, weights: queue.Queue, data: queue.Queue, stop) -> None:
-    """Process entry point: make rounds first_round.. in order; errors go back as a message."""
-    _die_with_parent()
-    enter_generator_environment(spec)
-    # Ctrl-C reaches the whole process group; the learner decides and stops us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(spec.threads)
-    try:
-        _generate_rounds(spec, weights, data, stop)
-    except Exception:
-        data.put(("error", traceback.format_exc()))
-
-
-def enter_generator_environment(spec: GeneratorSpec) -> None:
-    """Before anything touches CUDA: leave the launch's environment (a one-process program)
-    and take the GPU of the generator's own, where it has one."""
-    for name in LAUNCH_VARIABLES:
-        os.environ.pop(name, None)
-    if spec.visible_devices is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible_devices
 
 
 def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
@@ -166,7 +106,7 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
         waited, loading = 0.0, 0.0
         while version is None or version < need:
             t0 = time.perf_counter()
-            message = _get(weights, stop)
+            message = next_request(weights, stop)
             if message is None:
                 return
             t1 = time.perf_counter()
@@ -194,15 +134,6 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
         )
         if stop.is_set():
             return
-
-
-def _get(weights, stop):
-    while not stop.is_set():
-        try:
-            return weights.get(timeout=POLL_SECONDS)
-        except queue.Empty:
-            continue
-    return None
 
 
 def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) -> list[dict]:
@@ -259,68 +190,19 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
     return out
 
 
-class GeneratorProcess:
-    """The learner's handle on the generator: push weights, receive rounds, shut down.
-
-    Used as a context manager: leaving it (success, error, Ctrl-C) stops the process and
-    waits for it, so nothing outlives the learner.
-    """
+class GeneratorProcess(generator_process.GeneratorProcess):
+    """The learner's handle on the generator: push weights, receive rounds, shut down (a
+    context manager: leaving it stops the process and waits for it)."""
 
     def __init__(self, spec: GeneratorSpec):
-        import torch.multiprocessing as mp
-
-        context = mp.get_context("spawn")
-        self.weights = context.Queue()
-        self.data = context.Queue()
-        self.stop = context.Event()
-        self.process = context.Process(
-            target=generator_main,
-            args=(spec, self.weights, self.data, self.stop),
-            name="reasonrl-generator",
-            daemon=True,
-        )
-
-    def __enter__(self) -> GeneratorProcess:
-        self.process.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid
+        super().__init__(_generate_rounds, spec)
 
     def push(self, version: int, model: torch.nn.Module) -> None:
         """Send `model`'s weights as version `version`: a LoRA policy's merged into the plain
         model's (the generator's engine is a plain model), the policy itself unchanged."""
         state = {k: v.detach().clone() for k, v in merged_state_dict(model).items()}
-        self.weights.put((version, state))
+        self.send((version, state))
 
     def next_round(self) -> dict:
         """The next round the generator made (blocks); raises if it failed or died."""
-        while True:
-            try:
-                kind, payload = self.data.get(timeout=POLL_SECONDS)
-            except queue.Empty:
-                if not self.process.is_alive():
-                    raise ReasonRLError(
-                        f"the generator process died (exit code {self.process.exitcode})"
-                    ) from None
-                continue
-            if kind == "error":
-                raise ReasonRLError(f"the generator process failed:\n{payload}")
-            return payload
-
-    def close(self) -> None:
-        self.stop.set()
-        self.process.join(timeout=5 * POLL_SECONDS)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(timeout=10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        for channel in (self.weights, self.data):
-            channel.cancel_join_thread()
-            channel.close()
+        return self.reply()

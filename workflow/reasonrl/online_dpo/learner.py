@@ -20,7 +20,6 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -31,6 +30,7 @@ from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
 from reasonrl.sequences import MaskedSequence, sampled_trajectory, summed_logps, token_logps
 from reasonrl.training.loop import (
     LoopSettings,
+    MainBroadcast,
     TrainingLoop,
     data_parallel_processes,
     gathered_over_processes,
@@ -46,10 +46,6 @@ from reasonrl.training.online_dpo import (
 )
 from reasonrl.training.ppo import PolicyCritic
 from reasonrl.training.reference import Reference
-
-# How long the other processes of a launched learner wait for the main one's next round: it
-# waits for the generator (its start, a whole round in sync mode), far past NCCL's 10 minutes.
-ROUND_WAIT = timedelta(hours=24)
 
 # TrainingLoop.evaluate: fn(model, batch) without gradients, as the loss sees the model.
 Evaluate = Callable[[Callable[[torch.nn.Module, dict], torch.Tensor], dict], torch.Tensor]
@@ -173,7 +169,7 @@ class Learner:
         self.pushed_once = False
         self.step_metrics: dict = {}  # of the step being trained (micro_batches makes them)
         self.processes = data_parallel_processes()
-        self._rounds_group = None  # gloo group of the round broadcast (made at the first)
+        self._broadcast = MainBroadcast()  # the main process's rounds to the others
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -188,15 +184,6 @@ class Learner:
         if self.processes > 1:
             payload = self._broadcast(payload)
         return payload, time.perf_counter() - t0
-
-    def _broadcast(self, payload: dict | None) -> dict:
-        """The main process's round on every process, over a gloo group of its own: the wait
-        is the generator's (ROUND_WAIT), and the pickled round stays off the GPUs."""
-        if self._rounds_group is None:
-            self._rounds_group = torch.distributed.new_group(backend="gloo", timeout=ROUND_WAIT)
-        box = [payload]
-        torch.distributed.broadcast_object_list(box, src=0, group=self._rounds_group)
-        return box[0]
 
     def _own_round(self, round_no: int) -> dict:
         if (self.store.folder / f"round-{round_no}.json").exists():

@@ -46,12 +46,8 @@ def online_dpo(
     per-step metrics (JSON + CSV) and the manifest. Under accelerate launch the learner is
     data parallel and the main process runs the generator (reasonrl.online_dpo.learner);
     `generator_gpus` 1: the generator samples on the job's GPU after the learner's."""
-    from reasonrl.online_dpo.actors import (
-        GeneratorProcess,
-        GeneratorSpec,
-        Schedule,
-        generator_devices,
-    )
+    from reasonrl.generator_process import generator_devices
+    from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.stages._train import TrainingRun

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -456,6 +457,28 @@ def gathered_over_processes(fn: Callable[[list], list], items: list) -> list:
     state = PartialState()
     part = contiguous_share(len(items), state.num_processes, state.process_index)
     return gather_object(fn(items[part.start : part.stop]))
+
+
+# How long the other processes of a launched job wait for what the main one receives from
+# its generator process (its start, a whole round or iteration of sampling), far past
+# NCCL's 10 minutes.
+GENERATOR_WAIT = timedelta(hours=24)
+
+
+class MainBroadcast:
+    """The main process's payload on every process of a launched job, over a gloo group of
+    its own (made at the first call, which every process makes): the wait is the
+    generator's (GENERATOR_WAIT), and the pickled payload stays off the GPUs."""
+
+    def __init__(self):
+        self._group = None
+
+    def __call__(self, payload):
+        if self._group is None:
+            self._group = torch.distributed.new_group(backend="gloo", timeout=GENERATOR_WAIT)
+        box = [payload]
+        torch.distributed.broadcast_object_list(box, src=0, group=self._group)
+        return box[0]
 
 
 def refuse_zero3(rule: str, why: str) -> None:
