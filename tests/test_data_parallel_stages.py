@@ -376,6 +376,41 @@ def test_ppo_under_zero3_scores_uneven_shares_with_its_sharded_reward_model(
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
 
 
+def test_ppo_with_a_generator_of_its_own_samples_as_one_process_in_process(
+    tiny_policy, reward_model, problems, tmp_path
+):
+    """--generator-gpus 1: the main process's rollout server (the HF engine in a process of
+    its own) samples every prompt with the weights it is sent after each update (under
+    ZeRO-3 gathered one parameter at a time) and every process scores its share of the
+    rollouts: one process or two, the run is one process's sampling in-process."""
+    ppo = {"iterations": 2, "prompts_per_iteration": 4, "responses_per_prompt": 2,
+           "heldout_prompts": 1, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
+           "temperature": 1e-3, "policy_lr": 1e-3, "critic_lr": 1e-3, "max_length": 256,
+           "variants": [{"name": "br", "filter": "br"}]}  # fmt: skip
+    rollout = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
+    sections = {"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}}
+    config = json.dumps({"seed": 3, **sections})
+    runs = {}
+    for name, launcher, generator in (
+        ("in-process", "one", 0), ("one", "one", 1), ("zero3-sharded", "zero3-sharded", 1)
+    ):  # fmt: skip
+        out = tmp_path / name
+        args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
+        args += ["--reward-model", str(reward_model), "--problems", str(problems)]
+        args += ["--generator-gpus", str(generator), "--out", str(out)]
+        log = _launch(launcher, *args, timeout=300).stderr
+        assert log.count("ppo samples with a generator process of its own") == generator
+        runs[name] = json.loads((out / "metrics.json").read_text())
+    want = load_policy(tmp_path / "in-process")[0].state_dict()
+    for name in ("one", "zero3-sharded"):
+        _same_training(runs["in-process"], runs[name])
+        for key in ("compute", "best_iteration", "best_heldout", "final_heldout"):
+            assert runs[name][key] == pytest.approx(runs["in-process"][key]), key
+        got = load_policy(tmp_path / name)[0].state_dict()
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
+
+
 def test_a_whole_policy_rule_under_zero3_stops_with_one_line(tiny_policy, problems, tmp_path):
     """ZeRO-3 shards the weights the online learner sends its generator: the stage refuses
     it before anything is loaded (the plan refuses it before submission: test_memory_plan).

@@ -359,20 +359,24 @@ def test_a_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan(tmp_path, rul
     ("zero2", "hf", None),
     ("zero3", "hf", None),
     ("zero2", "vllm", "rule ppo over 8 GPUs samples with the hf engine, not"
-                      " generation.engine vllm (one engine per job): give it resource gpu: 1"),
+                      " generation.engine vllm (one engine per job): give it resource"
+                      " generator_gpus: 1"),
+    ("zero3-own", "vllm", None),  # the engine on a GPU of its own, the learner over 7
 ])  # fmt: skip
 def test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line(tmp_path, zero, engine, error):
     profile = tmp_path / "profile"
     profile.mkdir()
-    resources = {"set-resources": {"ppo": {"gpu": 8, "deepspeed": zero}}}
+    zero, own = zero.removesuffix("-own"), int(zero.endswith("-own"))
+    ppo = {"gpu": 8, "deepspeed": zero, "generator_gpus": own}
+    resources = {"set-resources": {"ppo": ppo}}
     (profile / "config.yaml").write_text(yaml.safe_dump(resources))
     (tmp_path / "engine.yaml").write_text(yaml.safe_dump({"generation": {"engine": engine}}))
     recipe = "config/gpu-pfppo-deepseek-coder-6.7b.yaml"
     cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(profile)]
     cli += ["--configfile", recipe, "--configfile", str(tmp_path / "engine.yaml")]
     done = subprocess.run(cli, cwd=REPO, capture_output=True, text=True)
-    if error is None:  # planned, launched over 8 (it does not fit them: NOT_FITTING)
-        assert f"\n| ppo | 8 | yes | {zero[-1]} |" in done.stdout, done.stdout
+    if error is None:  # planned, launched over the learner's GPUs
+        assert f"\n| ppo | {8 - own} | yes | {zero[-1]} |" in done.stdout, done.stdout
     else:
         source = f"{recipe} + {tmp_path / 'engine.yaml'}"
         assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {source}: {error}\n")
@@ -407,8 +411,8 @@ def test_an_online_learner_launch_it_cannot_run_fails_the_plan(tmp_path, gpus, z
     ({"gpu": 1}, "rule online_dpo needs 36.7 GiB per GPU on 1 GPU(s) (ZeRO-0), over the"
                  " 12.0 GiB it may use;"),
     ({"gpu": 1, "generator_gpus": 1}, "rule online_dpo: resource generator_gpus=1 (only"
-                                      " online_dpo's generator has a GPU of its own: 1, of a"
-                                      " job of at least 2)"),
+                                      " online_dpo's and ppo's generator has a GPU of its"
+                                      " own: 1, of a job of at least 2)"),
 ])  # fmt: skip
 def test_an_online_generator_on_a_gpu_of_its_own_leaves_the_learner_its_gpus(
     tmp_path, resources, error
@@ -458,7 +462,35 @@ def test_ppo_under_zero3_shards_its_reference_and_rm_and_gathers_its_policy():
     assert plans[3].other - plans[2].other == pytest.approx(frozen / 8 - frozen + policy)
 
 
-def test_generator_gpus_belong_to_the_online_learner_only():
+def test_ppos_generator_on_a_gpu_of_its_own_is_planned_there():
+    """resource generator_gpus: 1: PPO's learner holds neither the policy gathered to sample
+    with (it sends its generator one parameter at a time) nor the engine, whose reservation
+    no longer takes its GPU; the generator's GPU holds the policy and its KV cache: one
+    sequence's within vLLM's reservation, or (HF engine) generation.batch_size 256 x 2048
+    tokens, which overfill it."""
+    config = load_workflow_config([str(REPO / "config/gpu-pfppo-deepseek-coder-6.7b.yaml")])
+    arch = mp.architecture(config)
+    policy, kv = arch.params() * 2, arch.kv_bytes_per_token(2)  # bfloat16
+
+    def ppo(engine: str, own: bool) -> mp.RulePlan:
+        config["generation"]["engine"] = engine
+        place = mp.Placement(7, 3, True, own)
+        return next(p for p in mp.plan_config(config, {"ppo": place}) if p.rule == "ppo")
+
+    beside, own = ppo("vllm", False), ppo("vllm", True)
+    assert own.other == pytest.approx(beside.other - policy)
+    assert (beside.gpu_memory, own.gpu_memory) == (pytest.approx(0.15 * mp.GPU_BYTES), mp.GPU_BYTES)
+    assert own.generator == pytest.approx(policy + 2048 * kv)
+    assert own.generator_memory == pytest.approx(0.85 * mp.GPU_BYTES) and own.fits
+    hf = ppo("hf", True)
+    assert hf.other == pytest.approx(ppo("hf", False).other - policy - 256 * 2048 * kv)
+    assert hf.generator == pytest.approx(policy + 256 * 2048 * kv + mp.OVERHEAD_BYTES)
+    assert not hf.fits and mp.misfit_message(hf, "F").startswith(
+        "F: rule ppo's generator needs 270.6 GiB on its own GPU, over the 80.0 GiB it may use"
+    )
+
+
+def test_generator_gpus_belong_to_the_online_learner_and_ppo_only():
     with pytest.raises(ReasonRLError, match=r"^rule sft: resource generator_gpus=1 \(only"):
         mp.placement("sft", {"gpu": 4, "generator_gpus": 1})
 
@@ -550,8 +582,10 @@ def test_the_rm_ppo_and_online_lora_reaches_the_plan(recipe, rules):
     learner = full["ppo" if "ppo" in rules else "online_dpo"]
     # ZeRO-3 shards the learners' frozen models too (PPO's: ppo_run's frozen_shards)
     shards = learner.gpus if learner.zero == 3 else 1
-    reference = mp.architecture(config).params() * 2 / shards  # one bfloat16 policy copy
-    assert learner.other - lora[learner.rule].other == pytest.approx(reference)
+    policy = mp.architecture(config).params() * 2  # one bfloat16 policy copy
+    # PPO sends its own generator LoRA's merged weights, over the policy gathered whole
+    sent = policy if learner.rule == "ppo" and learner.zero == 3 else 0
+    assert learner.other - lora[learner.rule].other == pytest.approx(policy / shards - sent)
 
 
 def test_the_plans_default_lora_targets_are_the_schemas():

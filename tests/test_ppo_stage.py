@@ -573,3 +573,35 @@ def test_a_zero3_process_with_fewer_samples_runs_as_many_reward_model_forwards(
     got = run.scored_rollouts(rows[:prompts], 12, 0.0, 5)
     assert counted_calls == forwards
     assert got[1] == pytest.approx(want[1], abs=1e-5) and got[2] == want[2] == 12 * prompts
+
+
+def test_the_rollout_server_samples_with_the_weights_it_is_sent(tiny_policy, problems):
+    """PPO's generator of its own (generator_process.RolloutServer, the HF engine in a
+    process of its own): its rollouts are the in-process engine's of the same weights, the
+    start model's until it is sent others, one state entry at a time."""
+    from reasonrl.generator_process import RolloutServer, RolloutSpec
+
+    config = ppo_config()
+    sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
+    prompts = read_jsonl(problems)[:3]
+    params = SamplingParams(temperature=0.0, seed=1)
+    model, tokenizer = load_policy(tiny_policy)
+
+    def in_process() -> list[list[list[int]]]:
+        engine = HFEngine(model, tokenizer, 64)
+        settings = RolloutSettings.from_config(config["rollout"])
+        sandbox = Sandbox.from_config(config["sandbox"])
+        rows = run_rollouts(engine, prompts, "tool", 2, params, settings, sandbox, "ppo")
+        return [r["turn_token_ids"] for r in rows]
+
+    with RolloutServer(RolloutSpec(sections, str(tiny_policy), 1)) as server:
+        start = [r["turn_token_ids"] for r in server.rollouts(prompts, "tool", 2, params, "ppo")]
+        assert start == in_process()
+        torch.manual_seed(0)
+        with torch.no_grad():  # other weights: other greedy tokens
+            for p in model.parameters():
+                p.copy_(torch.randn_like(p))
+        server.load_weights((k, v.clone()) for k, v in model.state_dict().items())
+        sent = [r["turn_token_ids"] for r in server.rollouts(prompts, "tool", 2, params, "ppo")]
+    assert sent == in_process() and sent != start
+    assert not server.process.is_alive()

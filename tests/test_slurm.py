@@ -276,17 +276,22 @@ def test_multi_gpu_training_job_runs_under_accelerate_with_deepspeed(snakemake):
     assert all(c.startswith("reasonrl sft ") for c in sft_commands("--set-resources", "sft:gpu=1"))
 
 
+def _commands(snakemake, verb: str, *args: str) -> list[str]:
+    """The shell commands of `verb`'s jobs in a dry run with `args`."""
+    result = snakemake("-n", "-p", *args)
+    return [
+        line.removeprefix("Shell command: ")
+        for line in result.stdout.splitlines()
+        if line.startswith("Shell command: ") and f" {verb} --config-json" in line
+    ]
+
+
 def test_an_online_generator_with_a_gpu_of_its_own_leaves_the_learner_the_rest(snakemake):
     """resource generator_gpus=1: the job's last GPU is the generator's, the learner is
     launched over the others (one left: a plain process)."""
 
     def online_commands(*args: str) -> list[str]:
-        result = snakemake("-n", "-p", *args)
-        return [
-            line.removeprefix("Shell command: ")
-            for line in result.stdout.splitlines()
-            if line.startswith("Shell command: ") and " online-dpo --config-json" in line
-        ]
+        return _commands(snakemake, "online-dpo", *args)
 
     # the async recipe's steps: 8 micro-batches, which share out over 2 learner GPUs
     recipe = ("--configfile", "config/gpu-async-dpo-rho-1b.yaml", "--set-resources")
@@ -298,6 +303,16 @@ def test_an_online_generator_with_a_gpu_of_its_own_leaves_the_learner_the_rest(s
     assert one and all(c.startswith("reasonrl online-dpo ") for c in one)
     shared = online_commands("--set-resources", "online_dpo:gpu=1")  # the default's
     assert shared and all(" --generator-gpus 0 " in c for c in shared)
+
+
+def test_ppo_with_a_generator_of_its_own_is_launched_over_the_other_gpus(snakemake):
+    """profiles/slurm's ppo: 8 GPUs, ZeRO-3, the last one its generator's: the learner is
+    launched over 7 and told the generator has its own."""
+    zero3 = REPO / "profiles/accelerate/deepspeed_zero3.yaml"
+    launch = f"accelerate launch --config_file {zero3} --num_processes 7 -m reasonrl.cli ppo "
+    resources = ("ppo:gpu=8", "ppo:deepspeed=zero3", "ppo:generator_gpus=1")
+    commands = _commands(snakemake, "ppo", "--set-resources", *resources)
+    assert commands and all(c.startswith(launch) and " --generator-gpus 1 " in c for c in commands)
 
 
 @pytest.mark.parametrize("stage", [2, 3])

@@ -313,7 +313,10 @@ def reward_tables(args: argparse.Namespace, config: dict) -> None:
 def ppo(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.ppo import ppo as run
 
-    metrics = run(config, args.variant, args.model, args.reward_model, args.problems, args.out)
+    metrics = run(
+        config, args.variant, args.model, args.reward_model, args.problems, args.out,
+        args.generator_gpus,
+    )  # fmt: skip
     log.info(
         "%s: best iteration %s, held-out %s, compute per iteration %s",
         args.variant, metrics["best_iteration"], metrics["best_heldout"], metrics["compute"],
@@ -494,13 +497,7 @@ def _online_stages(stage) -> None:
     p.add_argument("--style", choices=["tool", "cot"], default="tool")
     p.add_argument("--threads", type=int, default=1, help="cores (async: half each process)")
     p.add_argument("--reward-model", help="BT-RM folder (online_dpo.reward rm or combined)")
-    p.add_argument(
-        "--generator-gpus",
-        type=int,
-        choices=[0, 1],
-        default=0,
-        help="1: the generator samples on the job's GPU after the learner's (0: on the main one)",
-    )
+    _generator_gpus_argument(p)
     p.add_argument("--out", required=True)
     p = stage("online-dpo-table", online_dpo_table, "sync vs async table and reward/KL plots")
     p.add_argument("--row", action="append", required=True, help="LABEL=MODEL:EVAL_METRICS")
@@ -560,12 +557,23 @@ def _reward_model_stages(stage) -> None:
     p.add_argument("--out-dir", required=True)
 
 
+def _generator_gpus_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--generator-gpus",
+        type=int,
+        choices=[0, 1],
+        default=0,
+        help="1: the generator samples on the job's GPU after the learner's (0: on the main one)",
+    )
+
+
 def _ppo_stages(stage) -> None:
     p = stage("ppo", ppo, "PPO / PF-PPO from the SFT policy (one variant of ppo.variants)")
     p.add_argument("--variant", required=True, help="a name in ppo.variants")
     p.add_argument("--model", required=True, help="SFT policy folder (start and KL reference)")
     p.add_argument("--reward-model", help="BT-RM folder (ppo.reward rm or combined)")
     p.add_argument("--problems", required=True, help="train problems JSONL")
+    _generator_gpus_argument(p)
     p.add_argument("--out", required=True)
     p = stage("ppo-r2", ppo_r2, "R^2 of reward vs true score per filtering strategy (SFT)")
     p.add_argument("--model", required=True, help="SFT policy folder")

@@ -6,7 +6,8 @@ data-parallel job), on a GPU of its own where the job has one (`generator_device
 with its parent. The job's side (`GeneratorProcess`) sends requests and receives replies;
 an error in the child comes back as one, and a child that died is noticed while waiting.
 What the child does is its `main(spec, requests, replies, stop)`: online DPO's round loop
-(online_dpo.actors).
+(online_dpo.actors), or `serve_rollouts`, which loads the weights it is sent and makes the
+rollouts it is asked for (PPO's: `RolloutServer`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import os
 import queue
 import signal
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -156,3 +158,62 @@ class GeneratorProcess:
         for channel in (self.requests, self.replies):
             channel.cancel_join_thread()
             channel.close()
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """What a rollout server needs (picklable: it crosses the spawn): the config sections
+    generation, rollout, sandbox and policy; the start model its engine loads."""
+
+    config: dict
+    model_path: str
+    threads: int
+    visible_devices: str | None = None
+
+
+def serve_rollouts(spec: RolloutSpec, requests, replies, stop) -> None:
+    """The rollout server's main: an engine of generation.engine made from the start model;
+    ("weight", name, tensor) requests collect a new state one entry at a time, ("load",)
+    loads it into the engine, ("rollouts", problems, style, samples, params, policy) replies
+    with run_rollouts' rows."""
+    from reasonrl.generation import make_engine
+    from reasonrl.rollout import RolloutSettings, run_rollouts
+    from reasonrl.sandbox import Sandbox
+
+    config = spec.config
+    generation, dtype = config["generation"], config["policy"]["dtype"]
+    engine = make_engine(generation["engine"], spec.model_path, generation, dtype)
+    limits = RolloutSettings.from_config(config["rollout"])
+    sandbox = Sandbox.from_config(config["sandbox"])
+    state: dict[str, torch.Tensor] = {}
+    while (request := next_request(requests, stop)) is not None:
+        kind, *body = request
+        if kind == "weight":
+            name, tensor = body
+            state[name] = tensor
+        elif kind == "load":
+            engine.load_weights(state)
+            state = {}
+        else:
+            problems, style, samples, params, policy = body
+            rows = run_rollouts(engine, problems, style, samples, params, limits, sandbox, policy)
+            replies.put(("rows", rows))
+
+
+class RolloutServer(GeneratorProcess):
+    """The job's handle on a `serve_rollouts` child."""
+
+    def __init__(self, spec: RolloutSpec):
+        super().__init__(serve_rollouts, spec)
+
+    def load_weights(self, entries: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Send the policy's state one entry at a time (each (name, CPU tensor) may be made
+        just before it is sent, so the sender need not hold them all), then load it."""
+        for name, tensor in entries:
+            self.send(("weight", name, tensor))
+        self.send(("load",))
+
+    def rollouts(self, problems: list[dict], style: str, samples: int, params, policy: str):
+        """run_rollouts' rows of `samples` per problem, made by the child's engine."""
+        self.send(("rollouts", problems, style, samples, params, policy))
+        return self.reply()

@@ -15,8 +15,10 @@ quantization), plus the two code books; the rest of the model and the adapters a
 peft's prepare_model_for_kbit_training casts them). ZeRO-1 divides the optimizer states over
 the job's GPUs, ZeRO-2 the gradients too, ZeRO-3 the parameters too (frozen models included,
 as DeepSpeed's ZeRO-3 does for every prepared model; PPO shards its frozen reference and
-reward model as its policy, and samples with its policy gathered whole beside the shards).
-LoRA trains only the adapters.
+reward model as its policy, and samples with its policy gathered whole beside the shards,
+unless its generator has a GPU of its own). LoRA trains only the adapters. A generator on a
+GPU of its own (resource generator_gpus: online DPO's, PPO's) is planned on that GPU: one
+copy of the policy and its KV cache (vLLM: within its reservation).
 
 Activations are the tensors autograd saves for the backward pass, counted the way Korthikanti
 et al. 2022 (section 4) count them, for the Hugging Face Llama/Mistral/Gemma decoder block
@@ -63,7 +65,8 @@ LAUNCHED_RULES = frozenset(
 )
 # Launched rules that use a process's whole policy beside training, so run under DeepSpeed
 # ZeRO-2 at most: the online learner sends the main process's to its generator. (PPO samples
-# with each process's policy gathered whole for the sampling: it runs under ZeRO-3.)
+# with each process's policy gathered whole for the sampling, or sends its generator the
+# policy gathered one parameter at a time: it runs under ZeRO-3.)
 WHOLE_POLICY_RULES = {
     "online_dpo": "its generator is sent the main process's whole policy",
 }
@@ -200,6 +203,10 @@ class RuleSpec:
     trained: list[Trained]
     frozen: int = 0  # frozen copies of the policy (reference, reward models)
     gathered: int = 0  # trained models gathered whole beside their ZeRO-3 shards (sampling)
+    # ... where the generator has a GPU of its own: those gathered whole to be sent to it
+    # (LoRA's merged weights; a plain policy goes one parameter at a time)
+    sent_whole: int = 0
+    engine_copies: int = 0  # models an HF engine holds beside the rule's others
     frozen_tokens: int = 0  # tokens of one frozen forward (its logits are held)
     kv_tokens: int = 0  # tokens of an HF engine's KV cache
     vllm_share: float = 0.0  # share of the GPU a vLLM engine reserves (weights + KV cache)
@@ -234,12 +241,15 @@ class RulePlan:
     gpus_needed: int | None
     note: str = ""
     launched: bool = False
+    generator: float = 0.0  # on the generator's own GPU (0: it has none)
+    generator_memory: float = 0.0
     fits: bool = field(init=False)
     total: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.total = self.params + self.grads + self.optimizer + self.activations + self.other
-        self.fits = self.gpus == 0 or self.total <= self.gpu_memory
+        learner = self.gpus == 0 or self.total <= self.gpu_memory
+        self.fits = learner and self.generator <= self.generator_memory
 
 
 def _dtype_bytes(config: dict) -> int:
@@ -329,12 +339,17 @@ def _plan(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) ->
         p, g, o = model_state_bytes(arch, t, weight_b, zero, n)
         params, grads, optim = params + p, grads + g, optim + o
         acts += activation_bytes(arch, t, weight_b)
+    # A trained rule's generator with a GPU of its own holds the engine there, not here.
+    own = place.generator_own_gpu and bool(spec.trained)
     frozen = spec.frozen * arch.params() * weight_b / (n if zero >= 3 else 1)
     if zero >= 3:
-        frozen += spec.gathered * arch.params() * weight_b
+        frozen += (spec.sent_whole if own else spec.gathered) * arch.params() * weight_b
     e = 2 if weight_b == 2 else 4
     forward = spec.frozen_tokens * (arch.layer_activation_bytes(e) + (e + 4) * arch.vocab)
-    other = frozen + forward + spec.kv_tokens * arch.kv_bytes_per_token(e) + OVERHEAD_BYTES
+    other = frozen + forward + OVERHEAD_BYTES
+    if not own:
+        other += spec.engine_copies * arch.params() * weight_b
+        other += spec.kv_tokens * arch.kv_bytes_per_token(e)
     budget = place.gpu_bytes
     engine = spec.vllm_copies * arch.params() * weight_b
     engine += spec.vllm_tokens * arch.kv_bytes_per_token(e)
@@ -343,8 +358,9 @@ def _plan(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) ->
         # reservation (vLLM refuses to start otherwise).
         other += engine
         budget = place.gpu_bytes * spec.vllm_share
-    elif spec.vllm_share and not place.generator_own_gpu:
+    elif spec.vllm_share and not own:
         budget = place.gpu_bytes * (1 - spec.vllm_share)  # the engine's reservation, same GPU
+    generator = _generator_plan(spec, arch, weight_b, place) if own else (0.0, 0.0)
     return RulePlan(
         spec.rule,
         place.gpus,
@@ -358,7 +374,22 @@ def _plan(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) ->
         None,
         spec.note,
         place.launched and bool(spec.trained),
+        *generator,
     )
+
+
+def _generator_plan(
+    spec: RuleSpec, arch: Architecture, weight_b: int, place: Placement
+) -> tuple[float, float]:
+    """(bytes, budget) of a generator on a GPU of its own: one copy of the policy and the KV
+    cache of its batch (HF) or of one sequence within vLLM's reservation."""
+    e = 2 if weight_b == 2 else 4
+    weights = arch.params() * weight_b
+    if spec.vllm_share:
+        need = weights + spec.vllm_tokens * arch.kv_bytes_per_token(e)
+        return need, place.gpu_bytes * spec.vllm_share
+    need = weights + spec.kv_tokens * arch.kv_bytes_per_token(e) + OVERHEAD_BYTES
+    return need, place.gpu_bytes
 
 
 def generation_spec(rule: str, config: dict, copies: int = 1, frozen: int = 0) -> RuleSpec:
@@ -369,7 +400,8 @@ def generation_spec(rule: str, config: dict, copies: int = 1, frozen: int = 0) -
     if gen["engine"] == "vllm":
         share = gen["vllm"]["gpu_memory_utilization"]
         return RuleSpec(rule, [], frozen, vllm_share=share, vllm_copies=copies, vllm_tokens=length)
-    return RuleSpec(rule, [], frozen=copies + frozen, kv_tokens=gen["batch_size"] * length)
+    kv_tokens = gen["batch_size"] * length
+    return RuleSpec(rule, [], frozen, engine_copies=copies, kv_tokens=kv_tokens)
 
 
 def _trained(section: dict, sequences: int, length: int) -> Trained:
@@ -453,7 +485,8 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     # (HF engine: its KV cache) or a vLLM engine beside it (generation.engine); under
     # ppo.lora a separate critic's trunk has adapters as the policy has. Under ZeRO-3 its
     # reference and RM are sharded as its policy (ppo_run's frozen_shards) and it samples
-    # with its policy gathered.
+    # with its policy gathered; a generator of its own is sent the policy one parameter at
+    # a time, LoRA's merged over the policy gathered whole.
     precision = "bf16" if _dtype_bytes(config) == 2 else "fp32"
     trained = [replace(_trained(ppo, rows, length), precision=precision)]
     if ppo["critic"] == "separate":  # built from the dequantized weights: never 4-bit
@@ -466,7 +499,7 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     generator = generation_spec("ppo", config, copies=vllm, frozen=reference + rm)
     return [
         generation_spec("ppo_r2", config, frozen=1),
-        replace(generator, trained=trained, note=note, gathered=1),
+        replace(generator, trained=trained, note=note, gathered=1, sent_whole=int(not reference)),
     ]
 
 
@@ -521,20 +554,20 @@ def plan_config(config: dict, placements: dict[str, Placement]) -> list[RulePlan
 
 
 # Rules whose generator may have GPUs of its own (resource generator_gpus: the job's last).
-OWN_GENERATOR_RULES = frozenset({"online_dpo"})
+OWN_GENERATOR_RULES = frozenset({"online_dpo", "ppo"})
 
 
 def placement(rule: str, resources: dict) -> Placement:
     """A rule's Placement from its resources: gpu, deepspeed (zero2 unless set), gpu_mem_mb
-    (80 GiB unless set) and, for the online learner, generator_gpus (0 or 1 of its gpu that
-    are its generator's: the learner trains on the others)."""
+    (80 GiB unless set) and, for the online learner and PPO, generator_gpus (0 or 1 of its
+    gpu that are its generator's: the learner trains on the others)."""
     stage = str(resources.get("deepspeed") or "zero2")
     mem_mb = resources.get("gpu_mem_mb")
     gpus, own = int(resources.get("gpu") or 0), int(resources.get("generator_gpus") or 0)
     if own and (rule not in OWN_GENERATOR_RULES or own != 1 or gpus < 2):
         raise ReasonRLError(
-            f"rule {rule}: resource generator_gpus={own} (only online_dpo's generator has a"
-            " GPU of its own: 1, of a job of at least 2)"
+            f"rule {rule}: resource generator_gpus={own} (only online_dpo's and ppo's generator"
+            " has a GPU of its own: 1, of a job of at least 2)"
         )
     return Placement(
         gpus - own,
@@ -584,8 +617,9 @@ def check_global_batches(config: dict, placements: dict[str, Placement], source:
 
 def check_launches(config: dict, placements: dict[str, Placement], source: str) -> None:
     """Raise the one-line error of the first rule launched over several GPUs in a way it
-    cannot run: ZeRO-3 for WHOLE_POLICY_RULES, a vLLM engine for PPO, an online learner
-    whose step's micro-batches do not share out over the GPUs."""
+    cannot run: ZeRO-3 for WHOLE_POLICY_RULES, a vLLM engine in each of PPO's processes (not
+    on a GPU of its own), an online learner whose step's micro-batches do not share out
+    over the GPUs."""
     engine = config["generation"]["engine"]
     for rule in CHECKED_LAUNCHES:
         place = placements.get(rule, Placement(0))
@@ -605,10 +639,11 @@ def check_launches(config: dict, placements: dict[str, Placement], source: str) 
                 " micro-batches (online_dpo.prompts_per_step / micro_batch_prompts) do not"
                 " share out over them"
             )
-        if rule == "ppo" and engine != "hf":
+        if rule == "ppo" and engine != "hf" and not place.generator_own_gpu:
             raise ReasonRLError(
                 f"{source}: rule {rule} over {place.gpus} GPUs samples with the hf engine, not"
-                f" generation.engine {engine} (one engine per job): give it resource gpu: 1"
+                f" generation.engine {engine} (one engine per job): give it resource"
+                " generator_gpus: 1"
             )
 
 
@@ -625,6 +660,12 @@ def check_fits(plans: list[RulePlan], source: str) -> None:
 
 def misfit_message(plan: RulePlan, source: str) -> str:
     """The one line a recipe that cannot fit fails with."""
+    if plan.generator > plan.generator_memory:
+        return (
+            f"{source}: rule {plan.rule}'s generator needs {plan.generator / GIB:.1f} GiB on its"
+            f" own GPU, over the {plan.generator_memory / GIB:.1f} GiB it may use ('reasonrl"
+            " plan' prints the table)"
+        )
     if plan.gpus_needed:
         need = f"it needs {plan.gpus_needed} such GPUs"
     elif plan.launched:
@@ -657,6 +698,9 @@ def plan_rows(plans: list[RulePlan]) -> list[dict]:
             "other": gib(p.other),
             "total": gib(p.total),
             "usable": gib(p.gpu_memory),
+            "generator GPU": f"{gib(p.generator)} of {gib(p.generator_memory)}"
+            if p.generator_memory
+            else "-",
             "fits": "yes" if p.fits else "NO",
             "GPUs needed": p.gpus_needed if p.gpus_needed else "-",
         }

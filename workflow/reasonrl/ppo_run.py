@@ -20,8 +20,16 @@ are gathered to save and sent back into the shards to restore. The frozen refere
 copy, not LoRA's adapters-off policy) and the reward model are sharded alike
 (training.zero3.frozen_shards), so each of their forwards is a collective too: a process
 that scores fewer samples runs idle reward-model forwards up to the most any process runs,
-as the buffer's idle forwards cover the reference's. Not supported over several processes
-(check_launch): a vLLM engine, which would start its own process group inside the job's.
+as the buffer's idle forwards cover the reference's. A vLLM engine in each process is not
+supported over several processes (check_launch: it would start its own process group
+inside the job's).
+
+With a generator on a GPU of its own (resource generator_gpus: 1) the main process drives
+one rollout server (generator_process.RolloutServer, with generation.engine's engine): it
+sends it the policy's weights after each update (under ZeRO-3 gathered one parameter at a
+time, so no process holds a second whole copy), has it sample all the prompts with the
+one-process seed and shares the rollouts out to every process, which scores its
+contiguous share of them (the reward model's forwards in step, as above).
 
 Compute accounting rides in each step's stats (summed per iteration in metrics.json):
 queries, responses, reward-model passes, policy and critic forward-backward passes.
@@ -33,7 +41,8 @@ import logging
 import math
 import os
 import random
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +54,7 @@ from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
+from reasonrl.generator_process import RolloutServer
 from reasonrl.io import atomic_path
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutSettings, run_rollouts
@@ -57,7 +67,11 @@ from reasonrl.training.filtration import (
     select,
     selection_probabilities,
 )
-from reasonrl.training.loop import data_parallel_processes, gathered_over_processes
+from reasonrl.training.loop import (
+    MainBroadcast,
+    data_parallel_processes,
+    gathered_over_processes,
+)
 from reasonrl.training.lora import merged_state_dict
 from reasonrl.training.ppo import (
     PolicyCritic,
@@ -67,7 +81,13 @@ from reasonrl.training.ppo import (
     normalise,
     token_rewards,
 )
-from reasonrl.training.zero3 import for_generation, frozen_shards, is_sharded, whole
+from reasonrl.training.zero3 import (
+    for_generation,
+    frozen_shards,
+    is_sharded,
+    state_entries,
+    whole,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +125,14 @@ def rows_per_iteration(variant: Variant, section: dict) -> int:
     return prompts * section["draws_per_prompt"]
 
 
-def check_launch(config: dict) -> None:
+def check_launch(config: dict, generator_gpus: int = 0) -> None:
     """Stop with one line, before anything is loaded, where this job's launch cannot run PPO:
-    over several processes with a vLLM engine."""
+    over several processes with a vLLM engine in each."""
     engine = config["generation"]["engine"]
-    if data_parallel_processes() > 1 and engine != "hf":
+    if data_parallel_processes() > 1 and engine != "hf" and not generator_gpus:
         raise ReasonRLError(
             f"ppo over several GPUs samples with the hf engine, not generation.engine"
-            f" {engine} (one engine per job): give rule ppo resource gpu: 1"
+            f" {engine} (one engine per job): give rule ppo resource generator_gpus: 1"
         )
 
 
@@ -187,7 +207,9 @@ class PPORun:
     and the reference at the SFT policy (a frozen copy, or the LoRA policy with its adapters
     off: training.reference); `adapt` puts the run's adapters on a separate critic's trunk
     (PolicyCritic). `start_path`: the SFT policy's folder, which a vLLM generator
-    (generation.engine vllm) loads once before it is sent the policy's weights."""
+    (generation.engine vllm) loads once before it is sent the policy's weights. `remote`:
+    the run samples with a generator process of its own, `server` the main process's
+    handle on it (None on the others)."""
 
     def __init__(
         self,
@@ -199,10 +221,15 @@ class PPORun:
         ckpt,
         adapt: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
         start_path: str = "",
+        server: RolloutServer | None = None,
+        remote: bool = False,
     ):
         self.config, self.variant = config, variant
         self.start_path = start_path
         self._generator = None  # the vLLM engine, made at the first rollouts
+        self.server, self.remote = server, remote
+        self._sent = False  # whether the server samples with the policy's current weights
+        self._broadcast = MainBroadcast()
         self.section, self.seed = config["ppo"], config["seed"]
         policy, self.tokenizer, self.reference = models
         torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
@@ -241,7 +268,12 @@ class PPORun:
         """(rollouts, their rewards, reward-model passes) of `samples` per problem, in the
         problems' order. Over several processes each samples and scores its contiguous share
         of the problems (seeded apart) and all receive the whole; where ZeRO-3 shards the
-        reward model, each then runs idle forwards up to the most any process runs."""
+        reward model, each then runs idle forwards up to the most any process runs. With a
+        generator of its own (`remote`) it samples them all and every process scores its
+        share of the rollouts."""
+        if self.remote:
+            rows = self._remote_rollouts(problems, samples, temperature, seed)
+            return (rows, *self._scored(rows))
         most = self.scorer.forwards(math.ceil(len(problems) / self.processes) * samples)
 
         def share(part: list[dict]) -> list[tuple]:
@@ -259,6 +291,59 @@ class PPORun:
             [x for part in parts for x in part[1]],
             sum(part[2] for part in parts),
         )
+
+    def _remote_rollouts(
+        self, problems: list[dict], samples: int, temperature: float, seed: int
+    ) -> list[dict]:
+        """The server's rollouts of the problems with the policy's current weights (sent if
+        they changed), on every process."""
+        if not self._sent:
+            self._send_weights()
+        rows = None
+        if self.server is not None:
+            params = SamplingParams(temperature=temperature, top_p=1.0, seed=seed)
+            rows = self.server.rollouts(problems, self.section["style"], samples, params, "ppo")
+        return self._broadcast(rows) if self.processes > 1 else rows
+
+    def _scored(self, rows: list[dict]) -> tuple[list[float], int]:
+        """(scores, reward-model passes) of `rows`, each process scoring its contiguous share
+        (idle reward-model forwards up to the most any process runs, where it is sharded)."""
+        most = self.scorer.forwards(math.ceil(len(rows) / self.processes))
+
+        def share(part: list[dict]) -> list[tuple]:
+            scored = self.scorer(part)
+            self.scorer.idle_forwards(most - self.scorer.forwards(len(part)))
+            return [scored] if part else []
+
+        parts = gathered_over_processes(share, rows)
+        return [x for part in parts for x in part[0]], sum(part[1] for part in parts)
+
+    def policy_changed(self) -> None:
+        """The policy was updated: the server is sent its weights before it samples again."""
+        self._sent = False
+
+    def _send_weights(self) -> None:
+        """Send the server the policy's weights; every process takes part (the gathers)."""
+        entries = self._policy_weights()
+        if self.server is not None:
+            self.server.load_weights(entries)
+        else:
+            deque(entries, maxlen=0)  # the gathers, in step with the main process's
+        self._sent = True
+
+    def _policy_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy's weights as the server's engine (a plain model) names them, one CPU
+        copy at a time on the main process, none on the others. Under ZeRO-3 each parameter
+        is gathered in turn; a LoRA policy's are merged, over its weights gathered whole."""
+        policy, main = self.model.policy, self._is_main()
+        if hasattr(policy, "merge_and_unload"):
+            with whole(policy):
+                state = merged_state_dict(policy) if main else {}
+                yield from ((k, v.detach().to("cpu", copy=True)) for k, v in state.items())
+            return
+        for name, value in state_entries(policy):
+            if main:
+                yield name, value.detach().to("cpu", copy=True)
 
     def _rollouts(self, problems, samples: int, temperature: float, seed: int) -> list[dict]:
         policy = self.model.policy

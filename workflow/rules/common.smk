@@ -584,7 +584,7 @@ def docker_shell(rule):
 
 # --- Multi-GPU training -------------------------------------------------------------------
 # A training rule's command starts with launcher(): `reasonrl`, or, when its job has more
-# than one GPU to train on (resource gpu, from the profile, less the online learner's
+# than one GPU to train on (resource gpu, from the profile, less the generator's
 # generator_gpus), `accelerate launch` with the DeepSpeed config named by resource deepspeed
 # (zero2, the default, or zero3) in profiles/accelerate/.
 
@@ -606,7 +606,8 @@ def launcher(wildcards, resources):
 
 
 def generator_gpus(resources):
-    """GPUs of the job that are the online generator's own (resource generator_gpus)."""
+    """GPUs of the job that are the generator's own (resource generator_gpus: online_dpo's
+    and ppo's)."""
     return int(getattr(resources, "generator_gpus", 0) or 0)
 
 

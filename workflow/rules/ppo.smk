@@ -1,7 +1,8 @@
 # PPO / PF-PPO from the SFT policy (ppo section) on ppo.task's ppo pool, else its train split:
 # R^2 of reward vs true score per filtering strategy from SFT samples; one PPO run per variant
 # (policies ppo-{name}, evaluated by the evaluate rule; data parallel over the job's GPUs,
-# DeepSpeed ZeRO-2 at most); the table of held-out pass@1 beside R^2 and compute.
+# DDP or DeepSpeed ZeRO-2/3, its generator on the job's last GPU with resource
+# generator_gpus: 1); the table of held-out pass@1 beside R^2 and compute.
 
 
 wildcard_constraints:
@@ -78,10 +79,11 @@ rule ppo:
         ),
         reward_model=reward_model_arg,
         launch=launcher,
+        generator=generator_gpus_arg,
     shell:
         "{params.launch} ppo --config-json {params.config} --variant {wildcards.ppo_variant}"
         " --model {input.model:q} {params.reward_model} --problems {input.problems:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " {params.generator} --out {output:q} > {log:q} 2>&1"
 
 
 rule ppo_table:

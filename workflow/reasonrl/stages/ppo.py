@@ -5,12 +5,20 @@ Table 1 and Figure 1) and the table of variants (Tables 3 and 4)."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+
+import torch
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
+from reasonrl.generator_process import RolloutServer, RolloutSpec, generator_devices
+from reasonrl.interrupts import raise_interrupted
 from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
@@ -32,7 +40,12 @@ from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages._train import TrainingRun
 from reasonrl.tables import frame, write_table
-from reasonrl.training.loop import LoopSettings, with_accumulation
+from reasonrl.training.loop import (
+    LoopSettings,
+    data_parallel_processes,
+    is_main_process,
+    with_accumulation,
+)
 from reasonrl.training.lora import LoraSettings
 
 log = logging.getLogger(__name__)
@@ -45,10 +58,50 @@ def ppo(
     reward_model: str | None,
     problems_path: str,
     out_dir: str,
+    generator_gpus: int = 0,
 ) -> dict:
     """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest.
-    Under accelerate launch the processes train data parallel (reasonrl.ppo_run)."""
-    check_launch(config)
+    Under accelerate launch the processes train data parallel (reasonrl.ppo_run).
+    `generator_gpus` 1: the main process samples with a generator process on the job's GPU
+    after the learner's, sent the policy's weights after each update."""
+    check_launch(config, generator_gpus)
+    # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out.
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        with _server(config, model_path, generator_gpus) as server:
+            return _ppo(
+                config, variant_name, model_path, reward_model, problems_path, out_dir,
+                server, remote=bool(generator_gpus),
+            )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _server(config: dict, model_path: str, generator_gpus: int) -> Iterator:
+    """The main process's rollout server on the generator's own GPU, for the run; None on
+    the other processes and without generator_gpus."""
+    if not (generator_gpus and is_main_process()):
+        yield None
+        return
+    sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
+    visible = generator_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), data_parallel_processes())
+    spec = RolloutSpec(sections, model_path, torch.get_num_threads(), visible)
+    with RolloutServer(spec) as server:
+        log.info("ppo samples with a generator process of its own (pid %s)", server.pid)
+        yield server
+
+
+def _ppo(
+    config: dict,
+    variant_name: str,
+    model_path: str,
+    reward_model: str | None,
+    problems_path: str,
+    out_dir: str,
+    server: RolloutServer | None,
+    remote: bool,
+) -> dict:
     section, seed = with_accumulation(config["ppo"], "ppo"), config["seed"]
     config = {**config, "ppo": section}
     variant = find_variant(section, variant_name)
@@ -68,7 +121,7 @@ def ppo(
     critic_adapters = partial(run.adapt, task="FEATURE_EXTRACTION")  # a bare trunk
     ppo_run = PPORun(
         config, variant, models, reward_model, problems, run.checkpoints.folder, critic_adapters,
-        start_path=model_path,
+        start_path=model_path, server=server, remote=remote,
     )  # fmt: skip
     per = ppo_run.steps_per_iteration
     settings = LoopSettings(
@@ -90,6 +143,7 @@ def ppo(
         info = ppo_run.start_iteration(iteration, fresh=iteration == 0)  # held-out score, best
         buffer = ppo_run.fill_buffer(iteration, info)  # generate -> score -> filter -> GAE
         loop.run(BufferBatches(ppo_run, iteration, buffer, info), per)  # the update
+        ppo_run.policy_changed()
     result = loop.finish(gather=False)  # it saves the best iteration's weights
     final = ppo_run.evaluate(seed + 991)
     ppo_run.keep_if_best(section["iterations"], final)

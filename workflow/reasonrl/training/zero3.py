@@ -41,6 +41,20 @@ def whole(module: torch.nn.Module, modifier_rank: int | None = None) -> Iterator
         yield
 
 
+def state_entries(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """`module`'s state dict entries in order, each parameter whole while it is yielded:
+    under ZeRO-3 gathered in turn (a collective per parameter, so every process runs the
+    iteration through) and freed after, so no process holds a second whole copy."""
+    for name, value in module.state_dict(keep_vars=True).items():
+        if not hasattr(value, "ds_id"):
+            yield name, value
+            continue
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([value]):
+            yield name, value
+
+
 @contextmanager
 def for_generation(engine, module: torch.nn.Module) -> Iterator[None]:
     """`module` (a part of the DeepSpeed `engine`'s model) whole, without the engine's
