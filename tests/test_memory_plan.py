@@ -187,43 +187,28 @@ def _capacity_placements() -> dict[str, mp.Placement]:
     """Every GPU rule on 8 x 80 GB under ZeRO-3, its generator on its own GPU (the papers'
     nodes): the rules with the launcher (mp.LAUNCHED_RULES) spread over the 8, the others
     use one of them, as they run today. The online learner, which sends its whole policy to
-    its generator (mp.WHOLE_POLICY_RULES), under ZeRO-2, the most it runs under, with its
-    generator on a GPU of its own (resource generator_gpus: 1); PPO (ZeRO-3 too) with its
-    vLLM engine on the main process's GPU, as it runs today."""
+    its generator (mp.WHOLE_POLICY_RULES), under ZeRO-2, the most it runs under, and PPO
+    (ZeRO-3), each with its generator on a GPU of its own (resource generator_gpus: 1, as
+    profiles/slurm gives them) and the learner over the other 7."""
     placements = {
         rule: mp.Placement(8, 3, rule.removesuffix("_part") in mp.LAUNCHED_RULES, True)
         for rule in GPU_RULES + PART_RULES
     }
-    placements["online_dpo"] = mp.Placement(8, 2, True, True)
-    placements["ppo"] = mp.Placement(8, 3, True, False)
+    own = {"gpu": 8, "generator_gpus": 1}
+    placements["online_dpo"] = mp.placement("online_dpo", {**own, "deepspeed": "zero2"})
+    placements["ppo"] = mp.placement("ppo", {**own, "deepspeed": "zero3"})
     return placements
 
 
 # With gradient checkpointing (every recipe's training sections), Gemma's micro-batch of 2
 # pairs and the async online DPO learner's of 16 prompts (its 128-prompt steps accumulated
-# over 8), the M-DPO, PRM and online DPO recipes fit. Not yet PF-PPO: its PPO runs under
-# ZeRO-3 over the 8, so each GPU holds a shard of the bf16 policy and critic and of their
-# optimizer states (25 GiB) and of its reference and RM (3 GiB: ppo_run's frozen_shards),
-# but the policy gathered whole to sample with (12.5 GiB) and the activations (21 GiB);
-# beside the vLLM engine's 85% reservation that is 64 GiB against 12 (and the launch
-# refuses vLLM over several GPUs:
-# test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line); with the HF engine's KV
-# cache of generation.batch_size 256 x 2048 tokens (256 GiB), far more. It would take the
-# vLLM engine on a GPU of its own. Strict: the day it fits, its mark goes.
-NOT_FITTING = {
-    "gpu-pfppo-deepseek-coder-6.7b.yaml": "ppo over 8 GPUs, ZeRO-3, vLLM beside: ~64 GiB",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_FITTING[n]))
-        if n in NOT_FITTING
-        else n
-        for n in RECIPES
-    ],
-)
+# over 8), every recipe fits. PF-PPO's PPO runs under ZeRO-3 over 7 of the 8 with its vLLM
+# engine on the eighth: each learner GPU holds a shard of the bf16 policy and critic and of
+# their optimizer states (29 GiB) and of its reference and RM (4 GiB: ppo_run's
+# frozen_shards), the activations (21 GiB) and overhead: 55 GiB; the generator's GPU holds
+# the policy (12.5 GiB) in vLLM's 85% reservation. (Its vLLM engine beside the learner on
+# each GPU would leave 12 GiB: test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line.)
+@pytest.mark.parametrize("name", RECIPES)
 def test_every_recipe_fits_on_eight_80gb_gpus(name):
     config = load_workflow_config([str(REPO / "config" / name)])
     plans = mp.plan_config(config, _capacity_placements())
