@@ -317,6 +317,34 @@ def test_lora_ppo_trains_the_adapters_of_policy_and_critic_and_the_value_head(
     assert len(kls) == 2 and kls[0] < 1e-4 < kls[1], kls
 
 
+def test_lora_ppo_sends_its_generator_of_its_own_the_merged_weights(
+    tiny_policy, tmp_path, monkeypatch, no_reference_copy
+):
+    """--generator-gpus 1 under LoRA: the rollout server (the HF engine, a plain model, in
+    a process of its own) is sent the policy's weights merged into the plain model's names
+    before each sampling that follows an update, the trained adapters in them."""
+    from reasonrl.generator_process import RolloutServer
+
+    problems, rm = _ppo_inputs(tiny_policy, tmp_path)
+    sent, load = [], RolloutServer.load_weights
+
+    def kept(self, entries):
+        state = dict(entries)
+        sent.append(state)
+        load(self, state.items())
+
+    monkeypatch.setattr(RolloutServer, "load_weights", kept)
+    out = tmp_path / "ppo-m"
+    run_ppo(ppo_config(LORA), "m", str(tiny_policy), str(rm), str(problems), out, 1)
+    plain = load_policy(tiny_policy)[0].state_dict()
+    # the start's, then after each of the 2 iterations' updates
+    assert len(sent) == 3 and all(state.keys() == plain.keys() for state in sent)
+    assert all(torch.equal(sent[0][k], plain[k]) for k in plain)
+    assert any(not torch.equal(sent[-1][k], plain[k]) for k in plain if _adapted(k))
+    final = load_policy(out)[0].state_dict()  # the best iteration's: the last, or before
+    assert any(all(torch.equal(s[k], final[k]) for k in plain) for s in sent)
+
+
 # ---- online DPO ------------------------------------------------------------------------------
 
 

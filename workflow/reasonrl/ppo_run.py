@@ -27,7 +27,8 @@ inside the job's).
 With a generator on a GPU of its own (resource generator_gpus: 1) the main process drives
 one rollout server (generator_process.RolloutServer, with generation.engine's engine): it
 sends it the policy's weights after each update (under ZeRO-3 gathered one parameter at a
-time, so no process holds a second whole copy), has it sample all the prompts with the
+time, so no process holds a second whole copy; LoRA's merged over the policy gathered
+whole), has it sample all the prompts with the
 one-process seed and shares the rollouts out to every process, which scores its
 contiguous share of them (the reward model's forwards in step, as above).
 
