@@ -188,8 +188,8 @@ def _capacity_placements() -> dict[str, mp.Placement]:
     nodes): the rules with the launcher (mp.LAUNCHED_RULES) spread over the 8, the others
     use one of them, as they run today. The online learner, which sends its whole policy to
     its generator (mp.WHOLE_POLICY_RULES), under ZeRO-2, the most it runs under, and PPO
-    (ZeRO-3), each with its generator on a GPU of its own (resource generator_gpus: 1, as
-    profiles/slurm gives them) and the learner over the other 7."""
+    (ZeRO-3), each with its generator on a GPU of its own (resource generator_gpus: 1; PPO's
+    as the PF-PPO recipe's --set-resources give it) and the learner over the other 7."""
     placements = {
         rule: mp.Placement(8, 3, rule.removesuffix("_part") in mp.LAUNCHED_RULES, True)
         for rule in GPU_RULES + PART_RULES

@@ -306,8 +306,8 @@ def test_an_online_generator_with_a_gpu_of_its_own_leaves_the_learner_the_rest(s
 
 
 def test_ppo_with_a_generator_of_its_own_is_launched_over_the_other_gpus(snakemake):
-    """profiles/slurm's ppo: 8 GPUs, ZeRO-3, the last one its generator's: the learner is
-    launched over 7 and told the generator has its own."""
+    """The PF-PPO recipe's --set-resources for ppo: 8 GPUs, ZeRO-3, the last one its
+    generator's: the learner is launched over 7 and told the generator has its own."""
     zero3 = REPO / "profiles/accelerate/deepspeed_zero3.yaml"
     launch = f"accelerate launch --config_file {zero3} --num_processes 7 -m reasonrl.cli ppo "
     resources = ("ppo:gpu=8", "ppo:deepspeed=zero3", "ppo:generator_gpus=1")
