@@ -340,6 +340,32 @@ def test_a_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan(tmp_path, rul
         assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {recipe}: {error}\n")
 
 
+@pytest.mark.parametrize(("prompts", "error"), [
+    (56, None),  # the recipe's: BR/BW 112 rows, PPO-S/M 280, steps of 56 rows
+    (64, "ppo variant 's' trains 320 buffer rows an iteration, not a multiple of an optimizer"
+         " step's 56 (ppo.batch_size 8 x 7 GPUs): an epoch would train rows twice; set"
+         " ppo.prompts_per_iteration or ppo.global_batch_size"),
+])  # fmt: skip
+def test_a_ppo_buffer_of_part_steps_fails_the_plan(tmp_path, prompts, error):
+    """PF-PPO's ppo over 7 learner GPUs (the recipe's --set-resources): 8 rows a GPU, a step
+    of 56 rows; the recipe's old 64 prompts would wrap each epoch's last step round."""
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    ppo = {"gpu": 8, "deepspeed": "zero3", "generator_gpus": 1}
+    (profile / "config.yaml").write_text(yaml.safe_dump({"set-resources": {"ppo": ppo}}))
+    section = {"prompts_per_iteration": prompts, "global_batch_size": None}
+    (tmp_path / "ppo.yaml").write_text(yaml.safe_dump({"ppo": section}))
+    recipe = "config/gpu-pfppo-deepseek-coder-6.7b.yaml"
+    cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(profile)]
+    cli += ["--configfile", recipe, "--configfile", str(tmp_path / "ppo.yaml")]
+    done = subprocess.run(cli, cwd=REPO, capture_output=True, text=True)
+    if error is None:
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    else:
+        source = f"{recipe} + {tmp_path / 'ppo.yaml'}"
+        assert (done.returncode, done.stderr) == (2, f"reasonrl: error: {source}: {error}\n")
+
+
 @pytest.mark.parametrize(("zero", "engine", "error"), [
     ("zero2", "hf", None),
     ("zero3", "hf", None),
@@ -355,7 +381,10 @@ def test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line(tmp_path, zero,
     ppo = {"gpu": 8, "deepspeed": zero, "generator_gpus": own}
     resources = {"set-resources": {"ppo": ppo}}
     (profile / "config.yaml").write_text(yaml.safe_dump(resources))
-    (tmp_path / "engine.yaml").write_text(yaml.safe_dump({"generation": {"engine": engine}}))
+    # buffers of whole steps over the learner's GPUs: 8 rows a GPU, 8 prompts a GPU
+    steps = {"prompts_per_iteration": 8 * (8 - own), "global_batch_size": None}
+    engine_yaml = {"generation": {"engine": engine}, "ppo": steps}
+    (tmp_path / "engine.yaml").write_text(yaml.safe_dump(engine_yaml))
     recipe = "config/gpu-pfppo-deepseek-coder-6.7b.yaml"
     cli = [str(REPO / ".venv/bin/reasonrl"), "plan", "--profile", str(profile)]
     cli += ["--configfile", recipe, "--configfile", str(tmp_path / "engine.yaml")]
@@ -482,9 +511,9 @@ def test_generator_gpus_belong_to_the_online_learner_and_ppo_only():
 
 def test_a_ppo_global_batch_the_jobs_gpus_do_not_divide_fails_the_plan():
     config = load_workflow_config([str(REPO / "config/gpu-pfppo-deepseek-coder-6.7b.yaml")])
-    config["ppo"]["global_batch_size"] = 24  # ppo.batch_size 8
-    mp.check_global_batches(config, {"ppo": mp.Placement(3, 2, True)}, "F")
-    error = r"^F: 'ppo.global_batch_size' \(24\) is not a multiple of batch_size x GPUs of rule"
+    assert config["ppo"]["global_batch_size"] == 56  # ppo.batch_size 8
+    mp.check_global_batches(config, {"ppo": mp.Placement(7, 2, True)}, "F")
+    error = r"^F: 'ppo.global_batch_size' \(56\) is not a multiple of batch_size x GPUs of rule"
     with pytest.raises(ReasonRLError, match=error + r" ppo \(8 x 2\)$"):
         mp.check_global_batches(config, {"ppo": mp.Placement(2, 2, True)}, "F")
 

@@ -317,6 +317,25 @@ def test_ppo_table_cli_names_a_malformed_row_in_one_line(tmp_path, capsys):
     assert err == "reasonrl: error: --row expects NAME=EVAL_METRICS:MODEL_DIR, got 'br'"
 
 
+def test_a_buffer_of_part_steps_stops_the_stage_before_it_loads(problems, tmp_path):
+    """PPO-M's 5 prompts x 5 responses are 25 rows, steps of 4: an epoch's last step would
+    train rows twice. The stage stops with one line before it loads a model (none here)."""
+    from reasonrl.errors import ReasonRLError
+
+    config = ppo_config(prompts_per_iteration=5)
+    error = (
+        "^ppo variant 'm' trains 25 buffer rows an iteration, not a multiple of an optimizer"
+        r" step's 4 \(ppo.batch_size 4 x 1 GPUs\): an epoch would train rows twice; set"
+        " ppo.prompts_per_iteration or ppo.global_batch_size$"
+    )
+    with pytest.raises(ReasonRLError, match=error):
+        run_ppo(config, "m", "no/such/model", None, str(problems), tmp_path / "out")
+    accumulated = ppo_config(prompts_per_iteration=5, global_batch_size=8)
+    match = r"^ppo variant 'm' trains 25 .* step's 8 \(ppo.batch_size 4 x 2 accumulated x 1 GPUs\)"
+    with pytest.raises(ReasonRLError, match=match):
+        run_ppo(accumulated, "m", "no/such/model", None, str(problems), tmp_path / "out")
+
+
 def test_ppo_without_a_reward_model_is_an_error(tiny_policy, problems, tmp_path):
     from reasonrl.errors import ReasonRLError
 

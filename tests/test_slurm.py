@@ -305,13 +305,17 @@ def test_an_online_generator_with_a_gpu_of_its_own_leaves_the_learner_the_rest(s
     assert shared and all(" --generator-gpus 0 " in c for c in shared)
 
 
-def test_ppo_with_a_generator_of_its_own_is_launched_over_the_other_gpus(snakemake):
+def test_ppo_with_a_generator_of_its_own_is_launched_over_the_other_gpus(snakemake, tmp_path):
     """The PF-PPO recipe's --set-resources for ppo: 8 GPUs, ZeRO-3, the last one its
-    generator's: the learner is launched over 7 and told the generator has its own."""
+    generator's: the learner is launched over 7 and told the generator has its own. (The
+    default PPO's buffer, 28 prompts x 4 responses here, is one step of 16 rows x 7 GPUs: the
+    plan refuses part steps.)"""
     zero3 = REPO / "profiles/accelerate/deepspeed_zero3.yaml"
     launch = f"accelerate launch --config_file {zero3} --num_processes 7 -m reasonrl.cli ppo "
     resources = ("ppo:gpu=8", "ppo:deepspeed=zero3", "ppo:generator_gpus=1")
-    commands = _commands(snakemake, "ppo", "--set-resources", *resources)
+    (tmp_path / "ppo.yaml").write_text("ppo: {prompts_per_iteration: 28}\n")
+    args = ("--configfile", str(tmp_path / "ppo.yaml"), "--set-resources", *resources)
+    commands = _commands(snakemake, "ppo", *args)
     assert commands and all(c.startswith(launch) and " --generator-gpus 1 " in c for c in commands)
 
 

@@ -613,6 +613,39 @@ def check_global_batches(config: dict, placements: dict[str, Placement], source:
                 f"{source}: '{'.'.join(path)}.global_batch_size' ({wanted}) is not a multiple"
                 f" of batch_size x GPUs of rule {rule} ({size} x {gpus})"
             )
+    check_ppo_buffers(config, placements, source)
+
+
+def check_ppo_buffers(config: dict, placements: dict[str, Placement], source: str) -> None:
+    """Raise the one-line error of the first ppo variant whose buffer (its nominal rows an
+    iteration, as ppo_run.rows_per_iteration counts them) is not a whole number of optimizer
+    steps over rule ppo's job (batch_size x its accumulation x the learner's GPUs): each
+    epoch's last step would wrap round and train rows twice (ppo_run.check_buffer_steps stops
+    the stage likewise). Run by check_global_batches, after the global batch divides."""
+    ppo = config["ppo"]
+    place = placements.get("ppo", Placement(0))
+    gpus = max(1, place.gpus) if place.launched else 1
+    size, wanted = ppo["batch_size"], ppo["global_batch_size"]
+    accum = wanted // (size * gpus) if wanted is not None else ppo["grad_accum"]
+    step = size * accum * gpus
+    for variant in ppo["variants"]:
+        per = "responses" if variant["filter"] in ("ppo-s", "ppo-m") else "draws"
+        rows = ppo["prompts_per_iteration"] * ppo[f"{per}_per_prompt"]
+        if rows % step:
+            raise ReasonRLError(
+                f"{source}: {buffer_steps_message(variant['name'], rows, size, accum, gpus)}"
+            )
+
+
+def buffer_steps_message(variant: str, rows: int, size: int, accum: int, gpus: int) -> str:
+    """The line a ppo variant whose buffer is not whole optimizer steps fails with."""
+    parts = [f"ppo.batch_size {size}"] + [f"{accum} accumulated"] * (accum > 1)
+    parts.append(f"{gpus} GPUs")
+    return (
+        f"ppo variant '{variant}' trains {rows} buffer rows an iteration, not a multiple of an"
+        f" optimizer step's {size * accum * gpus} ({' x '.join(parts)}): an epoch would train"
+        " rows twice; set ppo.prompts_per_iteration or ppo.global_batch_size"
+    )
 
 
 def check_launches(config: dict, placements: dict[str, Placement], source: str) -> None:

@@ -57,6 +57,7 @@ from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
 from reasonrl.generator_process import RolloutServer
 from reasonrl.io import atomic_path
+from reasonrl.memory_plan import buffer_steps_message
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
@@ -72,6 +73,7 @@ from reasonrl.training.loop import (
     MainBroadcast,
     data_parallel_processes,
     gathered_over_processes,
+    with_accumulation,
 )
 from reasonrl.training.lora import merged_state_dict
 from reasonrl.training.ppo import (
@@ -135,6 +137,17 @@ def check_launch(config: dict, generator_gpus: int = 0) -> None:
             f"ppo over several GPUs samples with the hf engine, not generation.engine"
             f" {engine} (one engine per job): give rule ppo resource generator_gpus: 1"
         )
+
+
+def check_buffer_steps(config: dict, variant_name: str) -> None:
+    """Stop with one line, before anything is loaded, where the variant's buffer is not a
+    whole number of this job's optimizer steps (BufferBatches would wrap each epoch's last
+    step round and train rows twice); memory_plan.check_ppo_buffers plans it alike."""
+    section = with_accumulation(config["ppo"], "ppo")
+    rows = rows_per_iteration(find_variant(section, variant_name), section)
+    size, accum, processes = section["batch_size"], section["grad_accum"], data_parallel_processes()
+    if rows % (size * accum * processes):
+        raise ReasonRLError(buffer_steps_message(variant_name, rows, size, accum, processes))
 
 
 def micro_batches_per_step(section: dict, processes: int) -> int:

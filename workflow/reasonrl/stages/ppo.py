@@ -28,6 +28,7 @@ from reasonrl.ppo_run import (
     PPORun,
     Variant,
     action_tokens,
+    check_buffer_steps,
     check_launch,
     compute_totals,
     find_variant,
@@ -65,6 +66,7 @@ def ppo(
     `generator_gpus` 1: the main process samples with a generator process on the job's GPU
     after the learner's, sent the policy's weights after each update."""
     check_launch(config, generator_gpus)
+    check_buffer_steps(config, variant_name)
     # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out.
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
