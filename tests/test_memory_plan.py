@@ -597,7 +597,8 @@ def test_the_rm_ppo_and_online_lora_reaches_the_plan(recipe, rules):
     # ZeRO-3 shards the learners' frozen models too (PPO's: ppo_run's frozen_shards)
     shards = learner.gpus if learner.zero == 3 else 1
     policy = mp.architecture(config).params() * 2  # one bfloat16 policy copy
-    # PPO sends its own generator LoRA's merged weights, over the policy gathered whole
+    # PPO sends its own generator LoRA's merged weights one at a time, over the policy
+    # gathered whole: that one copy (ppo_run's _policy_weights)
     sent = policy if learner.rule == "ppo" and learner.zero == 3 else 0
     assert learner.other - lora[learner.rule].other == pytest.approx(policy / shards - sent)
 

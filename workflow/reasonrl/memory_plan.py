@@ -486,7 +486,7 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     # ppo.lora a separate critic's trunk has adapters as the policy has. Under ZeRO-3 its
     # reference and RM are sharded as its policy (ppo_run's frozen_shards) and it samples
     # with its policy gathered; a generator of its own is sent the policy one parameter at
-    # a time, LoRA's merged over the policy gathered whole.
+    # a time, LoRA's merged one weight at a time over the policy gathered whole (one copy).
     precision = "bf16" if _dtype_bytes(config) == 2 else "fp32"
     trained = [replace(_trained(ppo, rows, length), precision=precision)]
     if ppo["critic"] == "separate":  # built from the dequantized weights: never 4-bit
@@ -496,10 +496,11 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     note = "reference + RM frozen" if reference else "RM frozen; reference: adapters off"
     # the HF engine is the policy itself (no copy); a vLLM engine holds its own
     vllm = int(config["generation"]["engine"] == "vllm")
+    lora = int(ppo["lora"]["r"] > 0)
     generator = generation_spec("ppo", config, copies=vllm, frozen=reference + rm)
     return [
         generation_spec("ppo_r2", config, frozen=1),
-        replace(generator, trained=trained, note=note, gathered=1, sent_whole=int(not reference)),
+        replace(generator, trained=trained, note=note, gathered=1, sent_whole=lora),
     ]
 
 

@@ -27,10 +27,10 @@ inside the job's).
 With a generator on a GPU of its own (resource generator_gpus: 1) the main process drives
 one rollout server (generator_process.RolloutServer, with generation.engine's engine): it
 sends it the policy's weights after each update (under ZeRO-3 gathered one parameter at a
-time, so no process holds a second whole copy; LoRA's merged over the policy gathered
-whole), has it sample all the prompts with the
-one-process seed and shares the rollouts out to every process, which scores its
-contiguous share of them (the reward model's forwards in step, as above).
+time, so no process holds a second whole copy; LoRA's merged one weight at a time over the
+policy gathered whole), has it sample all the prompts with the one-process seed and shares
+the rollouts out to every process, which scores its contiguous share of them (the reward
+model's forwards in step, as above).
 
 Compute accounting rides in each step's stats (summed per iteration in metrics.json):
 queries, responses, reward-model passes, policy and critic forward-backward passes.
@@ -75,7 +75,7 @@ from reasonrl.training.loop import (
     gathered_over_processes,
     with_accumulation,
 )
-from reasonrl.training.lora import merged_state_dict
+from reasonrl.training.lora import merged_state_dict, merged_state_entries
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOObjective,
@@ -348,12 +348,15 @@ class PPORun:
     def _policy_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The policy's weights as the server's engine (a plain model) names them, one CPU
         copy at a time on the main process, none on the others. Under ZeRO-3 each parameter
-        is gathered in turn; a LoRA policy's are merged, over its weights gathered whole."""
+        is gathered in turn; a LoRA policy's are merged one weight at a time (base + delta,
+        copied to the CPU and dropped), over its weights gathered whole: one whole copy on
+        each GPU, what the plan counts (memory_plan's sent_whole)."""
         policy, main = self.model.policy, self._is_main()
         if hasattr(policy, "merge_and_unload"):
             with whole(policy):
-                state = merged_state_dict(policy) if main else {}
-                yield from ((k, v.detach().to("cpu", copy=True)) for k, v in state.items())
+                if main:
+                    for name, value in merged_state_entries(policy):
+                        yield name, value.detach().to("cpu", copy=True)
             return
         for name, value in state_entries(policy):
             if main:

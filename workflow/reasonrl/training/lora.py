@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import logging
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -201,15 +202,24 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     state dict. A 4-bit base weight is dequantized (its quantization state left out)."""
     if not hasattr(model, "merge_and_unload"):
         return model.state_dict()
+    return dict(merged_state_entries(model))
+
+
+def merged_state_entries(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """merged_state_dict's entries one at a time, in order: each adapted weight's delta is
+    made only for its own entry, so a caller that copies each entry off the GPU and drops it
+    holds one merged weight at a time beside the model, never a second whole copy."""
+    if not hasattr(model, "merge_and_unload"):
+        yield from model.state_dict().items()
+        return
     base = model.get_base_model()
     quantized = {name: module for name, module in base.named_modules() if _is_4bit_linear(module)}
     quant_state_keys = tuple(f"{name}.weight." for name in quantized)
-    deltas = {
-        f"{name}.base_layer.weight": module.get_delta_weight(module.active_adapters[0])
+    adapted = {
+        f"{name}.base_layer.weight": module
         for name, module in base.named_modules()
         if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")
     }
-    state = {}
     for key, value in base.state_dict().items():
         if ".lora_" in key or ".original_module." in key or key.startswith(quant_state_keys):
             continue
@@ -217,8 +227,10 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         if owner in quantized:
             value = _dequantized(quantized[owner])
         plain = key.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
-        state[plain] = value + deltas[key] if key in deltas else value
-    return state
+        if key in adapted:
+            module = adapted[key]
+            value = value + module.get_delta_weight(module.active_adapters[0])
+        yield plain, value
 
 
 def _is_4bit_linear(module: torch.nn.Module) -> bool:
