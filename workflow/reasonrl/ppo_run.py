@@ -462,6 +462,7 @@ class PPORun:
             raise ReasonRLError(
                 f"{self.best_path}: weights the policy does not have ({loaded.unexpected_keys[0]})"
             )
+        self._sent = False  # a generator of its own samples with them only once sent
         return {k: v for k, v in best.items() if k != "state"}  # the weights are in the policy
 
     def _trained_state(self) -> dict[str, torch.Tensor] | None:

@@ -69,7 +69,7 @@ class SequenceScorer:
 
     def rm(self, rows: list[dict]) -> list[float]:
         texts = [render(self.tokenizer, r["messages"]) for r in rows]
-        return bt_scores(self.model, self.tokenizer, texts)
+        return bt_scores(self.model, self.tokenizer, texts, batch_size=BT_BATCH)  # forwards()
 
     def __call__(self, rows: list[dict]) -> tuple[list[float], int]:
         """(scores, reward-model passes)."""
