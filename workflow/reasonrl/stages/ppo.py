@@ -82,12 +82,16 @@ def ppo(
 @contextmanager
 def _server(config: dict, model_path: str, generator_gpus: int) -> Iterator:
     """The main process's rollout server on the generator's own GPU, for the run; None on
-    the other processes and without generator_gpus."""
-    if not (generator_gpus and is_main_process()):
+    the other processes and without generator_gpus. Every process finds the generator's
+    GPU, so a job without one fails on all of them alike (none waits on the main one)."""
+    if not generator_gpus:
+        yield None
+        return
+    visible = generator_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), data_parallel_processes())
+    if not is_main_process():
         yield None
         return
     sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
-    visible = generator_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), data_parallel_processes())
     spec = RolloutSpec(sections, model_path, torch.get_num_threads(), visible)
     with RolloutServer(spec) as server:
         log.info("ppo samples with a generator process of its own (pid %s)", server.pid)
