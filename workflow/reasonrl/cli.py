@@ -563,7 +563,8 @@ def _generator_gpus_argument(p: argparse.ArgumentParser) -> None:
         type=int,
         choices=[0, 1],
         default=0,
-        help="1: the generator samples on the job's GPU after the learner's (0: on the main one)",
+        help="1: the generator samples on the job's GPU after the learner's (0: online DPO's"
+        " on the main GPU; PPO's processes each sample their share on their own GPU)",
     )
 
 

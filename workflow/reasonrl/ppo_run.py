@@ -46,6 +46,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -55,7 +56,6 @@ from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
-from reasonrl.generator_process import RolloutServer
 from reasonrl.io import atomic_path
 from reasonrl.memory_plan import buffer_steps_message
 from reasonrl.rewards.sequence import SequenceScorer
@@ -91,6 +91,9 @@ from reasonrl.training.zero3 import (
     state_entries,
     whole,
 )
+
+if TYPE_CHECKING:
+    from reasonrl.generator_process import RolloutServer
 
 log = logging.getLogger(__name__)
 
