@@ -624,3 +624,25 @@ def test_the_rollout_server_samples_with_the_weights_it_is_sent(tiny_policy, pro
         sent = [r["turn_token_ids"] for r in server.rollouts(prompts, "tool", 2, params, "ppo")]
     assert sent == in_process() and sent != start
     assert not server.process.is_alive()
+
+
+def test_a_failing_rollout_server_fails_the_run_and_leaves_no_process(
+    tiny_policy, reward_model, problems, tmp_path, monkeypatch
+):
+    """--generator-gpus 1 with a rollout server that cannot load its model: the learner's
+    first sampling raises ReasonRLError with the child's failure, and leaving the run stops
+    the child (no process of it outlives the learner)."""
+    import multiprocessing
+    from dataclasses import replace
+
+    from reasonrl import stages
+    from reasonrl.errors import ReasonRLError
+
+    spec = stages.ppo.RolloutSpec
+    monkeypatch.setattr(
+        stages.ppo, "RolloutSpec", lambda *a: replace(spec(*a), model_path="no/such/model")
+    )
+    config = ppo_config(iterations=1, variants=[{"name": "m", "filter": "ppo-m"}])
+    with pytest.raises(ReasonRLError, match="^the generator process failed:\n"):
+        run_ppo(config, "m", str(tiny_policy), str(reward_model), str(problems), tmp_path, 1)
+    assert not [p for p in multiprocessing.active_children() if p.name == "reasonrl-generator"]
