@@ -530,6 +530,19 @@ def test_dry_run_fails_with_one_line_when_a_rule_cannot_fit(snakemake, one_gpu_p
     assert "Building DAG" not in result.stdout + result.stderr
 
 
+def test_the_dry_run_reads_a_command_lines_deepspeed_resource(snakemake):
+    """--set-resources ppo:deepspeed=zero3 (the PF-PPO recipe's command) is a string
+    Snakemake evaluates per job; the dry run's plan reads it so: PPO over 7 learner GPUs
+    fits under ZeRO-3, not under ZeRO-2."""
+    recipe = ("--configfile", "config/gpu-pfppo-deepseek-coder-6.7b.yaml", "--set-resources")
+    own = ("ppo:gpu=8", "ppo:generator_gpus=1", "ppo:mem_mb=440000")
+    snakemake("-n", "-q", "--nolock", *recipe, *own, "ppo:deepspeed=zero3")
+    snakemake("-n", "-q", "--nolock", *recipe, *own, "ppo:deepspeed='zero3'")
+    result = snakemake("-n", "-q", "--nolock", *recipe, *own, "ppo:deepspeed=zero2", check=False)
+    assert result.returncode != 0 and "rule ppo needs 98.2 GiB" in result.stderr
+    assert "on 7 GPU(s) (ZeRO-2)" in result.stderr
+
+
 def test_a_sections_gradient_checkpointing_reaches_the_plan():
     config = load_workflow_config([str(REPO / "config/gpu-mdpo-mistral-7b.yaml")])
     placements = {rule: mp.Placement(8, 3, True, True) for rule in GPU_RULES}

@@ -5,6 +5,7 @@
 # "sft-tool", ...); later issues add rounds (e.g. "round{r}") as further policy names whose
 # inputs come from the previous round's policy, resolved here like the ones below.
 
+import ast
 import json
 import re
 import shlex
@@ -971,11 +972,22 @@ def report_pages_args(wildcards, input):
 
 def fixed_resource(gpu_rule, name):
     """A resource a profile's set-resources (or default-resources) fixes; None when unset or
-    computed per job."""
+    computed per job. Snakemake holds a profile's or --set-resources' string (deepspeed:
+    zero3) as an expression it evaluates per job (a bare name that does not evaluate is the
+    string itself): a constant one is read here as it would evaluate."""
     value = gpu_rule.resources.get(name)
-    if value is None or value.is_evaluable():
+    if value is None:
         return None
-    return value.value
+    if not value.is_evaluable():
+        return value.value
+    raw = getattr(value, "raw", None)
+    if not isinstance(raw, str):
+        return None  # a function of the job
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        per_job = {"attempt", "threads", "input", "wildcards"}
+        return raw if raw.isidentifier() and raw not in per_job else None
 
 
 def gpu_placements():
