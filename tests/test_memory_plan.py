@@ -188,32 +188,38 @@ def _capacity_placements() -> dict[str, mp.Placement]:
     nodes): the rules with the launcher (mp.LAUNCHED_RULES) spread over the 8, the others
     use one of them, as they run today. The online learner, which sends its whole policy to
     its generator (mp.WHOLE_POLICY_RULES), under ZeRO-2, the most it runs under, and PPO
-    (ZeRO-3), each with its generator on a GPU of its own (resource generator_gpus: 1; PPO's
-    as the PF-PPO recipe's --set-resources give it) and the learner over the other 7."""
+    (ZeRO-3), each with its generator on a GPU of its own (resource generator_gpus: 1, as the
+    recipes' --set-resources give them): PPO's learner over the other 7, the online learner
+    over 4 (a 128-prompt step's 8 micro-batches share out over 4, not 7 or 3)."""
     placements = {
         rule: mp.Placement(8, 3, rule.removesuffix("_part") in mp.LAUNCHED_RULES, True)
         for rule in GPU_RULES + PART_RULES
     }
-    own = {"gpu": 8, "generator_gpus": 1}
-    placements["online_dpo"] = mp.placement("online_dpo", {**own, "deepspeed": "zero2"})
-    placements["ppo"] = mp.placement("ppo", {**own, "deepspeed": "zero3"})
+    own = {"generator_gpus": 1}
+    placements["online_dpo"] = mp.placement("online_dpo", {**own, "gpu": 5, "deepspeed": "zero2"})
+    placements["ppo"] = mp.placement("ppo", {**own, "gpu": 8, "deepspeed": "zero3"})
     return placements
 
 
-# With gradient checkpointing (every recipe's training sections), Gemma's micro-batch of 2
-# pairs and the async online DPO learner's of 16 prompts (its 128-prompt steps accumulated
-# over 8), every recipe fits. PF-PPO's PPO runs under ZeRO-3 over 7 of the 8 with its vLLM
-# engine on the eighth: each learner GPU holds a shard of the bf16 policy and critic and of
-# their optimizer states (29 GiB) and of its reference and RM (4 GiB: ppo_run's
-# frozen_shards), the activations (21 GiB) and overhead: 55 GiB; the generator's GPU holds
-# the policy (12.5 GiB) in vLLM's 85% reservation. (Its vLLM engine beside the learner on
-# each GPU would leave 12 GiB: test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line.)
+# With gradient checkpointing (every recipe's training sections), Gemma's micro-batch of 2 pairs and
+# the async online DPO learner's of 16 prompts (its 128-prompt steps accumulated over 8, 2 on each
+# of 4 learner GPUs: 26 GiB, its vLLM generator on a fifth), every recipe fits, and every launch's
+# batches share out over its GPUs. PF-PPO's PPO runs under ZeRO-3 over 7 of the 8 with its vLLM
+# engine on the eighth: each learner GPU holds a shard of the bf16 policy and critic and of their
+# optimizer states (29 GiB) and of its reference and RM (4 GiB: ppo_run's frozen_shards), the
+# activations (21 GiB) and overhead: 55 GiB; the generator's GPU holds the policy (12.5 GiB) in
+# vLLM's 85% reservation. (Its vLLM engine beside the learner on each GPU would leave 12 GiB:
+# test_a_ppo_launch_it_cannot_run_fails_the_plan_with_one_line.)
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_recipe_fits_on_eight_80gb_gpus(name):
     config = load_workflow_config([str(REPO / "config" / name)])
-    plans = mp.plan_config(config, _capacity_placements())
+    placements = _capacity_placements()
+    plans = mp.plan_config(config, placements)
     assert {p.rule for p in plans} >= {"sft", "evaluate"}
     assert [p.rule for p in plans if not p.fits] == []
+    # and each launch there runs: its batches share out over its GPUs
+    mp.check_launches(config, placements, name)
+    mp.check_global_batches(config, placements, name)
 
 
 def test_the_online_learner_is_planned_per_micro_batch():
