@@ -131,6 +131,37 @@ def test_profile_sets_what_a_cluster_without_slurmdbd_needs():
     assert profile["software-deployment-method"] == "apptainer"
 
 
+def readme_node_commands() -> list[tuple[str, list[str]]]:
+    """The README's commands for the GPU recipes on one 8 x 80 GB node: (recipe, the
+    --set-resources of its command, $NODE expanded)."""
+    readme = (REPO / "README.md").read_text()
+    block = readme[readme.index('NODE="') :].split("```", 1)[0]
+    node = block.split('"')[1].split()
+    commands = []
+    for command in block.split(".venv/bin/snakemake ")[1:]:
+        words = command.replace("\\\n", " ").split("\n")[0].split()
+        resources = words[words.index("--set-resources") + 1 :]
+        expanded = [w for r in resources for w in (node if r == "$NODE" else [r])]
+        commands.append((words[words.index("--configfile") + 1], expanded))
+    return commands
+
+
+def test_the_readmes_node_commands_dry_run_every_gpu_recipe(snakemake, tmp_path):
+    """Each GPU recipe has a command in the README, and its dry run with the profile (less
+    Apptainer: no image is published here) plans every rule within the node; without the
+    command's resources the profile's one GPU per rule does not fit."""
+    commands = readme_node_commands()
+    recipes = sorted(str(p.relative_to(REPO)) for p in (REPO / "config").glob("gpu-*.yaml"))
+    assert sorted({recipe for recipe, _ in commands}) == recipes
+    profile = ("--profile", str(profile_without_apptainer(tmp_path / "profile")))
+    for recipe, resources in commands:
+        args = ("-n", "-q", "--nolock", *profile, "--configfile", recipe)
+        snakemake(*args, "--set-resources", *resources)
+        if recipe == "config/gpu-mdpo-mistral-7b.yaml":
+            alone = snakemake(*args, check=False)
+            assert "rule sft needs" in alone.stderr and alone.returncode != 0
+
+
 def test_make_installs_the_profile_where_snakemake_finds_it_by_name(snakemake, tmp_path):
     config_home = tmp_path / "xdg"
     env = {**os.environ, "XDG_CONFIG_HOME": str(config_home)}
