@@ -107,13 +107,15 @@ def _same_training(one: dict, two: dict) -> None:
     assert one["history"][-1]["loss"] < one["history"][0]["loss"], "it learned something"
 
 
-def _same_weights(one: Path, two: Path, start: Path) -> None:
+def _same_weights(one: Path, two: Path, start: Path | None = None) -> None:
+    """The policies saved in `one` and `two` are the same, and moved from `start`'s if given."""
     want, got = load_policy(one)[0].state_dict(), load_policy(two)[0].state_dict()
-    before = load_policy(start)[0].state_dict()
     assert got.keys() == want.keys()
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
-    assert any(not torch.equal(want[k], before[k]) for k in want)
+    if start is not None:
+        before = load_policy(start)[0].state_dict()
+        assert any(not torch.equal(want[k], before[k]) for k in want)
 
 
 @pytest.fixture(scope="module")
@@ -291,8 +293,42 @@ def test_raft_accumulation_weighs_winners_by_their_tokens(tiny_policy, tmp_path)
     _same_training(runs["whole"], runs["accumulated"])
 
 
+# The PPO run both two-process PPO tests compare with: 2 iterations of 4 prompts x 2
+# responses, near-greedy sampling (temperature 1e-3; the schema wants it above 0). Seed 3:
+# with one held-out prompt, a run whose last loss is below its first (seed 0's is not:
+# _same_training checks that the run learned something).
+PPO_CONFIG = json.dumps({
+    "seed": 3,
+    "ppo": {"iterations": 2, "prompts_per_iteration": 4, "responses_per_prompt": 2,
+            "heldout_prompts": 1, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
+            "temperature": 1e-3, "policy_lr": 1e-3, "critic_lr": 1e-3, "max_length": 256,
+            "variants": [{"name": "br", "filter": "br"}]},
+    "rollout": {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12},
+    "generation": {"batch_size": 64},
+})  # fmt: skip
+
+
+def _ppo_args(config: str, policy: Path, reward_model: Path, problems: Path, out: Path) -> list:
+    """`reasonrl ppo` of variant br of `config` from `policy`, rewarded by `reward_model`."""
+    args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(policy)]
+    args += ["--reward-model", str(reward_model), "--problems", str(problems)]
+    return [*args, "--out", str(out)]
+
+
+@pytest.fixture(scope="module")
+def ppo_one_process(tiny_policy, reward_model, problems, tmp_path_factory) -> tuple[Path, str]:
+    """PPO_CONFIG's run in one process, sampling in-process: its folder and its log."""
+    out = tmp_path_factory.mktemp("ppo-one-process")
+    log = _launch("one", *_ppo_args(PPO_CONFIG, tiny_policy, reward_model, problems, out)).stderr
+    return out, log
+
+
+def _metrics(folder: Path) -> dict:
+    return json.loads((folder / "metrics.json").read_text())
+
+
 def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
-    tiny_policy, reward_model, problems, tmp_path
+    ppo_one_process, tiny_policy, reward_model, problems, tmp_path
 ):
     """Each process samples, scores and computes the buffer of its share of the prompts; the
     gathered buffer is the one process's, so the steps (greedy sampling: no seed to differ)
@@ -305,37 +341,22 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     that scores the held-out prompt has the other run an idle reward-model forward beside
     its forward), and the best iteration (one before the last) is saved from gathered shards
     and restored into them: the final weights are its."""
-    ppo = {"iterations": 2, "prompts_per_iteration": 4, "responses_per_prompt": 2,
-           "heldout_prompts": 1, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
-           "temperature": 1e-3, "policy_lr": 1e-3, "critic_lr": 1e-3, "max_length": 256,
-           "variants": [{"name": "br", "filter": "br"}]}  # fmt: skip
-    rollout = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
-    # seed 3: with one held-out prompt, a run whose last loss is below its first (seed 0's
-    # is not: _same_training checks that the run learned something)
-    sections = {"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}}
-    config = json.dumps({"seed": 3, **sections})
-    runs, logs = {}, {}
-    for launcher in ("one", "ddp", "zero2", "zero3-sharded"):
+    one_folder = ppo_one_process[0]
+    one = _metrics(one_folder)
+    for launcher in ("ddp", "zero2", "zero3-sharded"):
         out = tmp_path / launcher
-        args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
-        args += ["--reward-model", str(reward_model), "--problems", str(problems)]
-        logs[launcher] = _launch(launcher, *args, "--out", str(out)).stderr
-        runs[launcher] = json.loads((out / "metrics.json").read_text())
-    for launcher, processes in (("zero2", 0), ("zero3-sharded", 2)):
-        assert logs[launcher].count(SHARDED_FROZEN) == processes, launcher
+        log = _launch(launcher, *_ppo_args(PPO_CONFIG, tiny_policy, reward_model, problems, out))
+        assert log.stderr.count(SHARDED_FROZEN) == (2 if launcher == "zero3-sharded" else 0)
+        run = _metrics(out)
+        _same_training(one, run)
+        for key in ("compute", "best_iteration", "best_heldout", "final_heldout"):
+            assert run[key] == pytest.approx(one[key]), key
+        _same_weights(one_folder, out)
     # 4 prompts x 2 responses, best and a random one kept per prompt: 8 rows per iteration
     # nominally, 4 per step (2 micro-batches of 2 on one process, 1 on each of two)
-    assert runs["one"]["steps_per_iteration"] == 2
-    want = load_policy(tmp_path / "one")[0].state_dict()
-    for launcher in ("ddp", "zero2", "zero3-sharded"):
-        _same_training(runs["one"], runs[launcher])
-        for key in ("compute", "best_iteration", "best_heldout", "final_heldout"):
-            assert runs[launcher][key] == pytest.approx(runs["one"][key]), key
-        got = load_policy(tmp_path / launcher)[0].state_dict()
-        for key in want:
-            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
-    assert runs["one"]["compute"]["policy_passes"] == 8  # every kept row, once per epoch
-    assert runs["one"]["best_iteration"] < ppo["iterations"]  # restored: not the last weights
+    assert one["steps_per_iteration"] == 2
+    assert one["compute"]["policy_passes"] == 8  # every kept row, once per epoch
+    assert one["best_iteration"] < json.loads(PPO_CONFIG)["ppo"]["iterations"]  # restored
 
 
 SHARDED_FROZEN = "the frozen reference and reward model are sharded under ZeRO-3"
@@ -358,11 +379,10 @@ def test_ppo_under_zero3_scores_uneven_shares_with_its_sharded_reward_model(
     runs = {}
     for launcher in ("one", "zero3-sharded"):
         out = tmp_path / launcher
-        args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
-        args += ["--reward-model", str(reward_model), "--problems", str(problems)]
-        log = _launch(launcher, *args, "--out", str(out), timeout=300).stderr
+        args = _ppo_args(config, tiny_policy, reward_model, problems, out)
+        log = _launch(launcher, *args, timeout=300).stderr
         assert log.count(SHARDED_FROZEN) == (2 if launcher != "one" else 0)
-        runs[launcher] = json.loads((out / "metrics.json").read_text())
+        runs[launcher] = _metrics(out)
     one, two = runs["one"], runs["zero3-sharded"]
     assert one["compute"]["rm_passes"] == 36
     for key in ("compute", "best_heldout", "final_heldout"):
@@ -370,45 +390,30 @@ def test_ppo_under_zero3_scores_uneven_shares_with_its_sharded_reward_model(
     assert [h["loss"] for h in two["history"]] == pytest.approx(
         [h["loss"] for h in one["history"]], rel=1e-4, abs=1e-6
     )
-    want = load_policy(tmp_path / "one")[0].state_dict()
-    got = load_policy(tmp_path / "zero3-sharded")[0].state_dict()
-    for key in want:
-        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
+    _same_weights(tmp_path / "one", tmp_path / "zero3-sharded")
 
 
 def test_ppo_with_a_generator_of_its_own_samples_as_one_process_in_process(
-    tiny_policy, reward_model, problems, tmp_path
+    ppo_one_process, tiny_policy, reward_model, problems, tmp_path
 ):
     """--generator-gpus 1: the main process's rollout server (the HF engine in a process of
     its own) samples every prompt with the weights it is sent after each update (under
     ZeRO-3 gathered one parameter at a time) and every process scores its share of the
     rollouts: one process or two, the run is one process's sampling in-process."""
-    ppo = {"iterations": 2, "prompts_per_iteration": 4, "responses_per_prompt": 2,
-           "heldout_prompts": 1, "ppo_epochs": 1, "batch_size": 2, "global_batch_size": 4,
-           "temperature": 1e-3, "policy_lr": 1e-3, "critic_lr": 1e-3, "max_length": 256,
-           "variants": [{"name": "br", "filter": "br"}]}  # fmt: skip
-    rollout = {"max_turns": 1, "max_turn_tokens": 12, "max_total_tokens": 12}
-    sections = {"ppo": ppo, "rollout": rollout, "generation": {"batch_size": 64}}
-    config = json.dumps({"seed": 3, **sections})
-    runs = {}
-    for name, launcher, generator in (
-        ("in-process", "one", 0), ("one", "one", 1), ("zero3-sharded", "zero3-sharded", 1)
-    ):  # fmt: skip
-        out = tmp_path / name
-        args = ["ppo", "--config-json", config, "--variant", "br", "--model", str(tiny_policy)]
-        args += ["--reward-model", str(reward_model), "--problems", str(problems)]
-        args += ["--generator-gpus", str(generator), "--out", str(out)]
-        log = _launch(launcher, *args, timeout=300).stderr
-        assert log.count("ppo samples with a generator process of its own") == generator
-        runs[name] = json.loads((out / "metrics.json").read_text())
-    want = load_policy(tmp_path / "in-process")[0].state_dict()
-    for name in ("one", "zero3-sharded"):
-        _same_training(runs["in-process"], runs[name])
+    own_generator = "ppo samples with a generator process of its own"
+    in_process_folder, in_process_log = ppo_one_process
+    assert own_generator not in in_process_log
+    in_process = _metrics(in_process_folder)
+    for launcher in ("one", "zero3-sharded"):
+        out = tmp_path / launcher
+        args = _ppo_args(PPO_CONFIG, tiny_policy, reward_model, problems, out)
+        log = _launch(launcher, *args, "--generator-gpus", "1", timeout=300).stderr
+        assert log.count(own_generator) == 1
+        run = _metrics(out)
+        _same_training(in_process, run)
         for key in ("compute", "best_iteration", "best_heldout", "final_heldout"):
-            assert runs[name][key] == pytest.approx(runs["in-process"][key]), key
-        got = load_policy(tmp_path / name)[0].state_dict()
-        for key in want:
-            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
+            assert run[key] == pytest.approx(in_process[key]), key
+        _same_weights(in_process_folder, out)
 
 
 def test_a_whole_policy_rule_under_zero3_stops_with_one_line(tiny_policy, problems, tmp_path):
