@@ -635,12 +635,21 @@ def check_ppo_buffers(config: dict, placements: dict[str, Placement], source: st
     accum = wanted // (size * gpus) if wanted is not None else ppo["grad_accum"]
     step = size * accum * gpus
     for variant in ppo["variants"]:
-        per = "responses" if variant["filter"] in ("ppo-s", "ppo-m") else "draws"
-        rows = ppo["prompts_per_iteration"] * ppo[f"{per}_per_prompt"]
+        rows = buffer_rows(variant["filter"], ppo)
         if rows % step:
             raise ReasonRLError(
                 f"{source}: {buffer_steps_message(variant['name'], rows, size, accum, gpus)}"
             )
+
+
+def buffer_rows(filter_name: str, section: dict) -> int:
+    """Buffer rows a ppo variant of filter `filter_name` nominally trains on an iteration (the
+    PF-PPO paper's Table 4, per n queries): every response for PPO-S and PPO-M, the draws
+    for the filters."""
+    prompts = section["prompts_per_iteration"]
+    if filter_name in ("ppo-s", "ppo-m"):
+        return prompts * section["responses_per_prompt"]
+    return prompts * section["draws_per_prompt"]
 
 
 def buffer_steps_message(variant: str, rows: int, size: int, accum: int, gpus: int) -> str:

@@ -57,7 +57,7 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import atomic_path
-from reasonrl.memory_plan import buffer_steps_message
+from reasonrl.memory_plan import buffer_rows, buffer_steps_message
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
@@ -124,11 +124,8 @@ def find_variant(section: dict, name: str) -> Variant:
 
 
 def rows_per_iteration(variant: Variant, section: dict) -> int:
-    """Buffer rows an iteration nominally trains on (the paper's Table 4, per n queries)."""
-    prompts, n = section["prompts_per_iteration"], section["responses_per_prompt"]
-    if variant.filter.name in ("ppo-s", "ppo-m"):
-        return prompts * n
-    return prompts * section["draws_per_prompt"]
+    """Buffer rows an iteration nominally trains on (memory_plan.buffer_rows)."""
+    return buffer_rows(variant.filter.name, section)
 
 
 def check_launch(config: dict, generator_gpus: int = 0) -> None:
@@ -291,13 +288,12 @@ class PPORun:
         if self.remote:
             rows = self._remote_rollouts(problems, samples, temperature, seed)
             return (rows, *self._scored(rows))
-        most = self.scorer.forwards(math.ceil(len(problems) / self.processes) * samples)
+        most = math.ceil(len(problems) / self.processes) * samples
 
         def share(part: list[dict]) -> list[tuple]:
             index = PartialState().process_index if self.processes > 1 else 0
             rows = self._rollouts(part, samples, temperature, seed + 7_919 * index) if part else []
-            scored = self.scorer(rows)
-            self.scorer.idle_forwards(most - self.scorer.forwards(len(rows)))
+            scored = self.scorer.in_step(rows, most)
             return [(rows, *scored)] if part else []
 
         # every process enters (a collective under ZeRO-3), with a share of prompts or none
@@ -325,11 +321,10 @@ class PPORun:
     def _scored(self, rows: list[dict]) -> tuple[list[float], int]:
         """(scores, reward-model passes) of `rows`, each process scoring its contiguous share
         (idle reward-model forwards up to the most any process runs, where it is sharded)."""
-        most = self.scorer.forwards(math.ceil(len(rows) / self.processes))
+        most = math.ceil(len(rows) / self.processes)
 
         def share(part: list[dict]) -> list[tuple]:
-            scored = self.scorer(part)
-            self.scorer.idle_forwards(most - self.scorer.forwards(len(part)))
+            scored = self.scorer.in_step(part, most)
             return [scored] if part else []
 
         parts = gathered_over_processes(share, rows)

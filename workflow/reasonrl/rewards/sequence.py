@@ -67,6 +67,13 @@ class SequenceScorer:
         for _ in range(count):
             self.model(**batch, use_cache=False)
 
+    def in_step(self, rows: list[dict], most_rows: int) -> tuple[list[float], int]:
+        """`rows` scored (self(rows)), then idle forwards up to the forwards of scoring
+        `most_rows` rows: what each process runs where another may score more (ZeRO-3)."""
+        scored = self(rows)
+        self.idle_forwards(self.forwards(most_rows) - self.forwards(len(rows)))
+        return scored
+
     def rm(self, rows: list[dict]) -> list[float]:
         texts = [render(self.tokenizer, r["messages"]) for r in rows]
         return bt_scores(self.model, self.tokenizer, texts, batch_size=BT_BATCH)  # forwards()
