@@ -18,6 +18,9 @@ from pathlib import Path
 
 from slurm_cluster import _free_port
 
+from reasonrl.containers.daemon import docker_client
+from reasonrl.errors import ReasonRLError
+
 
 class LocalRegistry:
     """docker-registry serving `root`/storage at 127.0.0.1:port."""
@@ -73,15 +76,11 @@ class LocalRegistry:
     def remove_local_tags(self) -> list[str]:
         """Removes the local Docker references named `<host>/...`, tags and the digest
         references an image pulled by digest carries instead of a tag; returns them."""
-        import docker
-
         try:
-            # Removing an image's last reference deletes its ~3 GB of layers: 30 s was not always
-            # enough on the CI machine (2026-11-28, a read timeout at the session's end)
-            client = docker.from_env(timeout=300)
-            images = client.images.list()
-        except docker.errors.DockerException:
+            client = docker_client("removing the registry's references")
+        except ReasonRLError:
             return []  # no daemon, nothing tagged
+        images = client.images.list()
         references = [
             reference
             for image in images

@@ -27,6 +27,7 @@ from run_results import differing_results
 from slurm_cluster import _free_port
 
 from reasonrl.containers.build import LOCAL_BASE_REPOSITORY, remove_replaced_image
+from reasonrl.containers.daemon import REQUEST_TIMEOUT_S, docker_client
 from reasonrl.containers.lock import StageImage, load_lock, rewrite_image_fields
 from reasonrl.containers.publish import check_registry, publish_image
 from reasonrl.containers.runner import ContainerSpec, host_config
@@ -322,12 +323,10 @@ def test_gpu_dockerfile_installs_the_lock_by_hash():
 
 
 def _docker_answers() -> bool:
-    import docker
-
     try:
-        docker.from_env(timeout=5).ping()
+        docker_client("test")
         return True
-    except docker.errors.DockerException:
+    except ReasonRLError:
         return False
 
 
@@ -360,9 +359,7 @@ def docker_daemon():
 def _prune_dangling_images() -> None:
     """Untagged images are what a failed or superseded build leaves: gigabytes a session
     would otherwise hand to the next one on the same disk."""
-    import docker
-
-    docker.from_env(timeout=60).images.prune(filters={"dangling": True})
+    docker_client("pruning dangling images").images.prune(filters={"dangling": True})
 
 
 @pytest.fixture(scope="session")
@@ -478,7 +475,7 @@ def pulled_cpu_image(published_cpu_image) -> StageImage:
     import docker
 
     image = load_lock(published_cpu_image).stage_image("cpu")
-    client = docker.from_env()
+    client = docker_client("test")
     client.images.remove(image.image_id, force=True)
     with pytest.raises(docker.errors.ImageNotFound):
         client.images.get(image.image_id)
@@ -495,9 +492,8 @@ BASE_IMAGE = f"{LOCAL_BASE_REPOSITORY}:bookworm"
 
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_stopping_the_registry_removes_its_references_and_keeps_the_images(cpu_image, tmp_path):
-    import docker
 
-    client = docker.from_env()
+    client = docker_client("test")
     base = client.images.get(BASE_IMAGE)  # small: the base the session's CPU image built on
     registry = LocalRegistry(tmp_path).start()
     repository = f"{registry.host}/reasonrl/probe"
@@ -513,6 +509,36 @@ def test_stopping_the_registry_removes_its_references_and_keeps_the_images(cpu_i
         r for r in [*image.tags, *image.attrs["RepoDigests"]] if r.startswith(registry.host)
     ] == []
     assert BASE_IMAGE in image.tags
+
+
+def test_docker_clients_wait_longer_than_docker_pys_default(monkeypatch):
+    """An image's removal took over docker-py's 60 s beside the learning tests (CI,
+    2026-11-29): every client is opened through docker_client, with its longer timeout."""
+    import docker
+
+    opened = []
+    monkeypatch.setattr(docker, "from_env", lambda **kwargs: opened.append(kwargs) or FakeDaemon())
+    docker_client("test")
+    assert opened == [{"timeout": REQUEST_TIMEOUT_S}] and REQUEST_TIMEOUT_S > 60
+    elsewhere = [
+        path
+        for root in (REPO / "workflow", REPO / "tests")
+        for path in root.rglob("*.py")
+        if "docker.from_env(" in path.read_text()
+        and path.name not in ("daemon.py", Path(__file__).name)
+    ]
+    assert elsewhere == []
+
+
+class FakeDaemon:
+    def ping(self) -> bool:
+        return True
+
+
+def test_an_unreachable_docker_daemon_is_one_line_naming_who_needed_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/docker.sock")
+    with pytest.raises(ReasonRLError, match=r"^containers publish: cannot reach the Docker daemon"):
+        docker_client("containers publish")
 
 
 def test_publish_of_a_gpu_image_not_built_here_says_how_to_build_it():

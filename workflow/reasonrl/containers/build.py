@@ -21,6 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from reasonrl.containers.daemon import docker_client
 from reasonrl.containers.lock import ImageLock, load_lock
 from reasonrl.errors import ReasonRLError
 
@@ -191,7 +192,7 @@ def build_image(
     entry = lock.images[name]
     dockerfile = REPO_ROOT / entry["dockerfile"]
     cache_dir = cache_dir or Path.home() / ".cache/reasonrl/containers"
-    client = docker.from_env()
+    client = docker_client(f"building image '{name}'")
     buildargs = {"SOURCE_COMMIT": _source_commit()}
     if use_local_base:
         base = local_base(client, "bookworm", mirror, cache_dir)

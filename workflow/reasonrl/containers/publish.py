@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from reasonrl.containers.build import REPO_ROOT, WHEEL_SETS, build_image
+from reasonrl.containers.daemon import docker_client
 from reasonrl.containers.lock import ImageLock, StageImage, load_lock, rewrite_image_fields
 from reasonrl.errors import ReasonRLError
 
@@ -94,14 +95,9 @@ def publish_image(client, name: str, lock: ImageLock, registry: str, **build_opt
 
 def publish_command(args) -> None:
     """CLI: publish the images named by --image and write their digests into --lock."""
-    import docker
-
     registry = check_registry(args.registry)
     lock = load_lock(args.lock)
-    try:
-        client = docker.from_env()
-    except docker.errors.DockerException as err:
-        raise ReasonRLError(f"cannot reach the Docker daemon: {err}") from None
+    client = docker_client("containers publish")
     for name in args.image or ["cpu"]:
         fields = publish_image(
             client, name, lock, registry, use_local_base=args.local_base, mirror=args.mirror

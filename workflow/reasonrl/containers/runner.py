@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reasonrl.containers.daemon import docker_client
 from reasonrl.errors import ReasonRLError
 from reasonrl.tracking import ENV_VAR as TRACKING_ENV
 
@@ -111,15 +112,8 @@ def run_in_container(spec: ContainerSpec, command: list[str], env: dict[str, str
 
     SIGTERM/SIGINT (Snakemake cancelling the job) kill the container; it is removed either way.
     """
-    import docker
 
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as err:
-        raise ReasonRLError(
-            f"containers.engine docker: cannot reach the Docker daemon: {err}"
-        ) from None
+    client = docker_client("containers.engine docker")
     container_id = client.api.create_container(
         local_image(client, spec),
         command=command,
