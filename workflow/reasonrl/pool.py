@@ -6,7 +6,9 @@ back in input order with their status, duration and capped output. At most `work
 sandboxes run at once, and fewer when `memory_mb` (the pool's memory budget) cannot hold
 that many sandboxes' memory caps. A batch can be cancelled (`cancel()`, from any thread) or
 given a deadline; programs still running are killed and those not started are not started
-("cancelled"). Worker threads only wait on their sandboxes, so an interrupt of the caller
+("cancelled"). A sandbox that cannot start programs does not hand back a batch of refusals
+to be written as results: when most of a batch is "refused", `run` raises SandboxRefused
+naming the cause. Worker threads only wait on their sandboxes, so an interrupt of the caller
 (KeyboardInterrupt, any exception) cancels the batch and returns only once every sandbox
 is killed and reaped: no process and no zombie outlives a batch. In a batch of more programs
 than workers, the sandbox's zygotes (one warm interpreter per worker, see reasonrl.zygote)
@@ -24,11 +26,17 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from reasonrl.errors import ReasonRLError
 from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult, Session
 
 # How long a wait goes before it lets the caller's interrupts through (they may be only
 # flagged, as _thread.interrupt_main does, not signalled); the rollout's waits share it.
 POLL_SECONDS = 0.2
+_CAUSE_CHARS = 300
+
+
+class SandboxRefused(ReasonRLError):
+    """Most programs of a batch were refused: the sandbox cannot run programs here."""
 
 
 @dataclass(frozen=True)
@@ -89,12 +97,14 @@ class WorkerPool:
             # Zygotes pay off from a worker's second program on; they live for the batch.
             warm = self.sandbox.warm() if len(items) > self.concurrency else nullcontext()
             with warm:
-                return self._run_batch(items, token, deadline, progress)
+                results = self._run_batch(items, token, deadline, progress)
         finally:
             with self._lock:
                 self._token = None
             if cancel is None:
                 token.close()
+        _stop_on_refusals(results)
+        return results
 
     def _run_batch(
         self, items: list[Program], token: CancelToken, deadline: float | None, progress
@@ -140,6 +150,19 @@ class WorkerPool:
         if item.limits is not None:
             sandbox = sandbox.with_limits(item.limits)
         return sandbox.run(item.code, item.stdin, cancel=token, deadline=deadline)
+
+
+def _stop_on_refusals(results: list[SandboxResult]) -> None:
+    """Raise SandboxRefused when most of a batch was refused (a refusal is never the
+    program's doing: the sandbox could not start it), naming the first one's cause."""
+    refused = [result for result in results if result.status == "refused"]
+    if refused and 2 * len(refused) > len(results):
+        lines = [line for line in refused[0].stderr.strip().splitlines() if line.strip()]
+        cause = (lines[-1] if lines else "no message")[:_CAUSE_CHARS]
+        raise SandboxRefused(
+            f"the sandbox refused {len(refused)} of {len(results)} programs of a batch, "
+            f"so nothing is computed from them: {cause}"
+        )
 
 
 def _wait_for(finished: queue.SimpleQueue) -> int:

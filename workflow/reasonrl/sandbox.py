@@ -35,6 +35,7 @@ import contextlib
 import copy
 import fcntl
 import json
+import logging
 import math
 import os
 import secrets
@@ -56,7 +57,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from reasonrl import seccomp
-from reasonrl.cgroups import MemoryGroup, owner_is_gone
+from reasonrl.cgroups import MemoryGroup, memory_parent, owner_is_gone
 from reasonrl.errors import ReasonRLError
 from reasonrl.subreaper import as_subreaper
 from reasonrl.zygote import (
@@ -80,6 +81,22 @@ UNSANDBOXED_WARNING = (
     "(network, files and process count are not contained); install bubblewrap"
 )
 
+# What holds only as root or with a memory cgroup of ours, and what holds instead: said once a
+# process (weaker_guarantees), refused under sandbox.require.
+GUARANTEES = {
+    "own_uid": (
+        "a uid of its own per sandbox (needs root)",
+        "programs run as the runner's uid, each sandbox in a user and pid namespace of its own "
+        "(RLIMIT_NPROC counts there), its init non-dumpable",
+    ),
+    "memory_group": (
+        "one memory cap for all of a program's processes (needs a memory cgroup we may create)",
+        "memory_mb caps each process (RLIMIT_AS), not all of a program's together",
+    ),
+}
+_said: set[str] = set()
+_log = logging.getLogger(__name__)
+
 # Uids (and gids) the sandboxed programs run as when we are root: one per running sandbox,
 # held by a lock file so that concurrent processes on one host never share one.
 SANDBOX_UIDS = range(2_100_000_000, 2_100_000_000 + 1024)
@@ -100,6 +117,34 @@ _STDERR_FLOOD_FACTOR = 64  # stderr may exceed the kept cap this many times over
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
 _PROGRAM_FILE_MARK = 'main.py", line '  # how a traceback names a frame of the program itself
 
+# In bwrap the bootstrap is the pid namespace's init (--as-pid-1) and runs the program in a
+# child: bwrap's own init would keep the program's stdin (a code check's tests) and output
+# pipes open, and without root it runs as the program's uid, so its /proc/1/fd, mem and
+# environ would be the program's to read. This init is non-dumpable, ignores SIGINT (the only
+# signal it handles), holds no descriptor, and exits with the program's status once its main
+# process has ended (a signal as 128 + its number, as bwrap reports one); the kernel then
+# kills what is left in the namespace.
+_INIT_SOURCE = """\
+if init:
+    import ctypes, signal
+    if ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0 (the child's too)
+        os._exit(125)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    go, went = os.pipe()
+    program = os.fork()
+    if program:
+        os.closerange(0, os.sysconf("SC_OPEN_MAX"))  # `went` too: the program may go on
+        while True:
+            pid, status = os.wait()
+            if pid == program:
+                code = os.waitstatus_to_exitcode(status)
+                os._exit(128 - code if code < 0 else code)
+    os.close(went)
+    os.read(go, 1)  # EOF once the init holds no descriptor
+    os.close(go)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+"""
+
 # Runs inside the sandbox before the program: into the run's memory cgroup first (writing 0
 # to cgroup.procs moves the writer; its children are born inside), then limits (so the
 # program can never raise them; a negative value leaves that limit alone), then the uid drop
@@ -110,12 +155,13 @@ _PROGRAM_FILE_MARK = 'main.py", line '  # how a traceback names a frame of the p
 _BOOTSTRAP = (
     """\
 import os, resource, sys
-cpu, mem, nproc, fsize, uid, ready, cgroup, site = map(int, sys.argv[1:9])
+cpu, mem, nproc, fsize, uid, ready, cgroup, site, init = map(int, sys.argv[1:10])
 if cgroup >= 0:
     os.write(cgroup, b"0")
-path = sys.argv[9]
+path = sys.argv[10]
 keep = 2
 """
+    + _INIT_SOURCE
     + CONFINE_SOURCE
     + """\
 code = compile(source, path, "exec")
@@ -212,6 +258,27 @@ def _error_tail(stderr: str) -> str:
     return "\n".join([header, *lines[own_frames[-1] : own_end], *exception])
 
 
+def weaker_guarantees(drops_root: bool) -> list[str]:
+    """The GUARANTEES that do not hold for this runner."""
+    missing = [] if drops_root else ["own_uid"]
+    return missing + ([] if memory_parent() is not None else ["memory_group"])
+
+
+def _hold_guarantees(missing: list[str], require: Sequence[str]) -> None:
+    """Refuse a required guarantee that does not hold; say once what holds instead of the rest."""
+    unknown = sorted(set(require) - set(GUARANTEES))
+    if unknown:
+        raise ReasonRLError(f"sandbox.require: unknown {unknown}; known: {sorted(GUARANTEES)}")
+    refused = [name for name in missing if name in require]
+    if refused:
+        what = "; ".join(f"{name}: {GUARANTEES[name][0]}" for name in refused)
+        raise ReasonRLError(f"sandbox.require: does not hold here ({what})")
+    said = "; ".join(f"no {name}: {GUARANTEES[name][1]}" for name in missing)
+    if said and said not in _said:
+        _said.add(said)
+        _log.warning("sandbox weaker than as root: %s (sandbox.require refuses to run so)", said)
+
+
 def find_bwrap() -> str | None:
     """Path of the bubblewrap executable, or None (tests patch this)."""
     return shutil.which("bwrap")
@@ -258,6 +325,7 @@ class Sandbox:
         pool_memory_mb: int = 0,
         site_packages: bool = False,
         zygote: bool = True,
+        require: Sequence[str] = (),
     ) -> None:
         self.limits = limits
         self.workers = max(1, workers)
@@ -272,6 +340,8 @@ class Sandbox:
             warnings.warn(UNSANDBOXED_WARNING, RuntimeWarning, stacklevel=2)
         self.seccomp = seccomp.filter_bytes() if self.bwrap else None
         self.drops_root = self.bwrap is not None and os.geteuid() == 0
+        if self.bwrap is not None:
+            _hold_guarantees(weaker_guarantees(self.drops_root), require)
         if self.drops_root:
             os.close(_open_lock_folder())  # a lock folder we cannot trust stops us here
         # In a venv, the base interpreter: the venv (in the project folder) stays outside.
@@ -291,6 +361,7 @@ class Sandbox:
             pool_memory_mb=int(section.get("pool_memory_mb", 0)),
             site_packages=bool(section.get("site_packages", False)),
             zygote=bool(section.get("zygote", True)),
+            require=tuple(section.get("require", ())),
         )
 
     def with_limits(self, limits: SandboxLimits) -> Sandbox:
@@ -418,7 +489,7 @@ class Sandbox:
         child_fds = [child_ctrl.detach(), status_write]
         host_dir = tempfile.TemporaryDirectory(prefix=f"{HOST_DIR_PREFIX}{os.getpid()}-")
         script = Path(host_dir.name) / SCRIPT_NAME
-        script.touch(0o444)
+        script.touch(0o644)  # rewritten per program (Zygote.write_script)
         options = _bwrap_options(self.limits, self.interpreter, None, status_write)
         options += ["--ro-bind", str(script), SANDBOX_SCRIPT]
         # Not --die-with-parent: that follows the thread that started bwrap, and a zygote
@@ -442,6 +513,10 @@ class Sandbox:
         # Unsandboxed, RLIMIT_NPROC would count every process of the user (or none, for root),
         # so it is left alone there; in bwrap it counts the sandbox's own processes.
         max_processes = limits.max_processes if self.bwrap is not None else -1
+        if self.bwrap is not None and not self.drops_root:
+            # Without root RLIMIT_NPROC counts the uid's processes in the sandbox's own user
+            # namespace: the program's and its init's (the zygote or _INIT_SOURCE's).
+            max_processes += 1
         return [
             _whole_cpu_seconds(limits),
             limits.memory_mb * 1024 * 1024,
@@ -464,6 +539,7 @@ class Sandbox:
             str(fds.ready_write.fileno()),
             str(cgroup_fd),
             str(int(self.site_packages)),
+            str(int(self.bwrap is not None)),
         ]
         shared = [fds.ready_write.fileno()] + ([cgroup_fd] if cgroup_fd >= 0 else [])
         if self.bwrap is None:
@@ -471,6 +547,7 @@ class Sandbox:
         options = _bwrap_options(
             limits, self.interpreter, fds.script.fileno(), fds.status_write.fileno()
         )
+        options.append("--as-pid-1")  # the bootstrap is the namespace's init (_INIT_SOURCE)
         bwrap_fds = [fds.script.fileno(), fds.status_write.fileno()]
         if fds.seccomp is not None:
             options += ["--seccomp", str(fds.seccomp.fileno())]

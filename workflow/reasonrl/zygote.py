@@ -9,11 +9,13 @@ rlimits, drops to the run's own uid and runs the program in __main__ at the top 
 interpreter (so exit, tracebacks, threads and atexit behave as under `python main.py`).
 
 Nothing survives from one program to the next: when the program's main process ends (or
-the caller asks for a kill), every process of its uid is killed (kill(-1) from a helper of that
-uid, repeated until none is left) before the exit status is reported, and then /tmp, /dev/shm
-and the ipc namespace's System V objects are emptied before the next request is read. The
-zygote is root inside the sandbox and the programs are not: they cannot signal, trace or
-write to it, and they inherit none of its descriptors. POSIX message queues, which could
+the caller asks for a kill), every other process of the sandbox's pid namespace is killed
+(kill(-1) from its init, the zygote, repeated until none is left: they are all the program's)
+before the exit status is reported, and then /tmp, /dev/shm and the ipc namespace's System V
+objects are emptied before the next request is read. As root the programs run as uids of
+their own; without root they share the zygote's uid, and the zygote is non-dumpable and
+ignores every signal it can: either way they cannot signal, trace, read or write it, and they
+inherit none of its descriptors. POSIX message queues, which could
 outlive a program and cannot be listed without mounting, are refused by the seccomp filter.
 
 The zygote is the pid namespace's init (bwrap --as-pid-1): a program sees pid 1 and its own
@@ -108,7 +110,15 @@ if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxE
 # byte).
 ZYGOTE_SOURCE = (
     """\
-import array, contextlib, os, resource, select, shutil, signal, socket, sys, time
+import array, contextlib, ctypes, os, resource, select, shutil, signal, socket, sys, time
+# Nothing of the zygote is open to its programs, whatever the runner's uid: without root they
+# run as its uid, and a dumpable process's /proc/<pid>/fd, mem, environ and root are open to
+# a process of the same uid (ptrace and process_vm_* the seccomp filter refuses anyway).
+if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
+    os._exit(5)
+# The namespace's init gets only the signals it handles: none, so that a program of its uid
+# cannot interrupt it (each program gets the interpreter's SIGINT handler back).
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 CTRL = socket.socket(fileno=int(sys.argv[1]))
 PRELOADED = sys.argv[2].split(",")
 ORPHAN_REAP_S = 0.05
@@ -124,20 +134,10 @@ def receive():
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
     return [int(n) for n in message.split()], list(fds)
-def others_of(uid):
-    # any of real, effective, saved or file-system uid (zombies too: they count against
+def others():
+    # every process of the namespace but the zygote (zombies too: they count against
     # RLIMIT_NPROC until the sandbox's init reaps them, which it does at once)
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            try:
-                with open(f"/proc/{name}/status") as status:
-                    lines = status.read().splitlines()
-            except OSError:
-                continue  # gone meanwhile
-            uids = next(line for line in lines if line.startswith("Uid:")).split()[1:]
-            found += [name] if str(uid) in uids else []
-    return found
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != 1]
 def reap(child=None):
     # The zygote is the namespace's init: orphans come to it, and their zombies, which count
     # against RLIMIT_NPROC, are reaped here. The wait status of `child`, if it was one.
@@ -151,38 +151,25 @@ def reap(child=None):
             return found
         if pid == child:
             found = status
-def kill_uid(uid):
-    # kill(-1) from a process of that uid signals all the others at once (a fork bomb cannot
-    # outrun it); again until none is left. None found (pids only grow in the namespace, so a
-    # scan misses no process born while it runs): nothing to kill, no helper to fork.
-    reap()
-    if not others_of(uid):
-        return
-    helper = os.fork()
-    if helper == 0:
+def kill_rest():
+    # Every process of the namespace but the zygote is the program's (one program at a time):
+    # kill(-1) from the namespace's init signals all of them at once (a fork bomb cannot
+    # outrun it), whatever their uid; again until none is left, reaping the zombies.
+    for _ in range(5000):
+        reap()
+        if not others():
+            return
         try:
-            os.setuid(uid)
-            for _ in range(5000):
-                try:
-                    os.kill(-1, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass  # none but the zygote (init) and us: only zombies left
-                if not others_of(uid):
-                    os._exit(0)
-                time.sleep(0.001)
-        finally:
-            os._exit(1)
-    while True:  # reaping the killed ones (the helper waits for their zombies to go)
-        pid, status = os.waitpid(-1, 0)
-        if pid == helper:
-            break
-    if status != 0:
-        os._exit(3)  # cannot promise that nothing of the program survives: stop here
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # only zombies left
+        time.sleep(0.001)
+    os._exit(3)  # cannot promise that nothing of the program survives: stop here
 def stat_fields(pid):
     # /proc/PID/stat from the state on (field 3)
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rpartition(")")[2].split()
-def end_cell(child, uid):
+def end_cell(child):
     # A session's cell has ended: no process of it but the session's own runs on until the
     # next cell (its CPU time would be no cell's). The others are killed, again until none is
     # left (zombies are left to their parent). Then None; the session's wait status if it
@@ -191,7 +178,7 @@ def end_cell(child, uid):
         status = reap(child)
         if status is not None:
             return status
-        rest = [int(p) for p in others_of(uid) if int(p) != child and not is_zombie(p)]
+        rest = [p for p in others() if p != child and not is_zombie(p)]
         if not rest:
             return None
         for pid in rest:
@@ -205,7 +192,7 @@ def is_zombie(pid):
         return stat_fields(pid)[0] in ("Z", "X")
     except OSError:
         return True  # gone, reaped
-def supervise(child, uid):
+def supervise(child):
     # Until the program's main process ends, or the caller asks for a kill (or is gone);
     # then that process first (reaped, so that its zombie does not count), then the rest.
     # Orphans are reaped meanwhile, at least every ORPHAN_REAP_S; "end" (after each cell of
@@ -217,7 +204,7 @@ def supervise(child, uid):
         if CTRL in select.select([pidfd, CTRL], [], [], ORPHAN_REAP_S)[0]:
             message = CTRL.recv(64)
             if message == b"end":
-                status = end_cell(child, uid)
+                status = end_cell(child)
                 if status is None:
                     CTRL.send(b"ended")
                 continue
@@ -230,7 +217,7 @@ def supervise(child, uid):
         else:
             status = reap(child)
     os.close(pidfd)
-    kill_uid(uid)
+    kill_rest()
     if caller_gone:
         os._exit(0)
     return status
@@ -264,7 +251,7 @@ def serve():
             return numbers, fds
         for fd in fds:
             os.close(fd)
-        CTRL.send(b"exit %d" % supervise(child, numbers[4]))
+        CTRL.send(b"exit %d" % supervise(child))
         empty("/tmp")
         empty("/dev/shm")
         remove_sysv_ipc()
@@ -495,6 +482,7 @@ compile("pass", "<warm-up>", "exec")  # the compiler's first use sets up its sta
 import gc
 gc.freeze()  # the collector never walks (so never copies) the pages the children share
 numbers, fds = serve()
+signal.signal(signal.SIGINT, signal.default_int_handler)
 cpu, mem, nproc, fsize, uid, site, cgroup, session = numbers
 stdin, stdout, stderr, ready = fds[:4]
 if cgroup:
