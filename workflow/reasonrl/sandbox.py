@@ -669,6 +669,9 @@ def _bwrap_options(
         options += ["--perms", "0444", "--ro-bind-data", str(script_fd), SANDBOX_SCRIPT]
     for prefix in _interpreter_prefixes(interpreter):
         options += _bind_with_parents(prefix)
+    # The sandbox's own root and /etc are bwrap's tmpfs, which without root belongs to the
+    # program's uid: read-only, as they are to a program of a uid of its own.
+    options += ["--remount-ro", "/"]
     options += ["--chdir", "/tmp", "--json-status-fd", str(status_fd)]
     return options
 

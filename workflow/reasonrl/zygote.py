@@ -110,7 +110,7 @@ if b"\\0" in source:  # 3.11 patch releases report this as ValueError or SyntaxE
 # byte).
 ZYGOTE_SOURCE = (
     """\
-import array, contextlib, ctypes, os, resource, select, shutil, signal, socket, sys, time
+import array, contextlib, ctypes, os, resource, select, signal, socket, sys, time
 # Nothing of the zygote is open to its programs, whatever the runner's uid: without root they
 # run as its uid, and a dumpable process's /proc/<pid>/fd, mem, environ and root are open to
 # a process of the same uid (ptrace and process_vm_* the seccomp filter refuses anyway).
@@ -238,9 +238,20 @@ def empty(folder):
             if entry.path == "/tmp/main.py":
                 continue  # the program's file, bound read-only from the caller's folder
             if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
+                remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
+def remove_tree(path):
+    # Without root the zygote needs the permission bits: a program may have taken them off
+    # its folders (root's shutil.rmtree would not care).
+    os.chmod(path, 0o700)
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                remove_tree(entry.path)
+            else:
+                os.unlink(entry.path)
+    os.rmdir(path)
 def serve():
     CTRL.send(b"hello")
     while True:
