@@ -16,9 +16,10 @@ import pytest
 from isolation import default_signals, keyboard_interrupt_on_sigint, sandbox_processes
 from test_sandbox_battery import children_of
 
+from reasonrl import sandbox as sandbox_module
 from reasonrl.cgroups import memory_parent, owner_is_gone
-from reasonrl.pool import Program, WorkerPool
-from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits
+from reasonrl.pool import Program, SandboxRefused, WorkerPool
+from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -207,3 +208,32 @@ def test_only_folders_of_gone_pids_count_as_stale():
     assert not owner_is_gone(f"reasonrl-sandbox-{os.getpid()}-abc")
     assert not owner_is_gone("reasonrl-sandbox-12345678")  # the old naming, no pid
     assert not owner_is_gone("reasonrl-sandbox-uids")
+
+
+def test_a_batch_of_more_programs_than_workers_runs_every_one():
+    """Through the warm zygotes (a batch larger than its workers), for every runner's uid."""
+    results = WorkerPool(Sandbox.from_config({"workers": 2})).run(["print(6*7)"] * 4)
+    assert [(r.status, r.stdout) for r in results] == [("ok", "42\n")] * 4
+
+
+@pytest.mark.parametrize("programs", [1, 4])
+def test_a_batch_the_sandbox_refuses_stops_with_its_cause(monkeypatch, programs):
+    monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: "/nonexistent/bwrap")
+    pool = WorkerPool(Sandbox(LIMITS), workers=2)
+    with pytest.raises(SandboxRefused, match=rf"refused {programs} of {programs} programs.*"):
+        pool.run(["print(1)"] * programs)
+
+
+def test_a_batch_with_one_refusal_among_many_comes_back(monkeypatch):
+    """One program the sandbox could not start (a broken zygote, say) is that program's
+    result; only most of a batch stops the stage."""
+    real_run = Sandbox.run
+
+    def refuse_the_first(self, code, stdin="", **kwargs):
+        if code == "print(0)":
+            return SandboxResult("refused", "", "sandbox failed: gone", None, 0.0)
+        return real_run(self, code, stdin, **kwargs)
+
+    monkeypatch.setattr(Sandbox, "run", refuse_the_first)
+    results = WorkerPool(Sandbox(LIMITS), workers=2).run([f"print({i})" for i in range(3)])
+    assert [r.status for r in results] == ["refused", "ok", "ok"]

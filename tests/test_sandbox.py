@@ -345,3 +345,36 @@ def test_a_sigkill_a_tick_before_the_cpu_hard_limit_of_wall_clock_is_a_timeout()
     supervisor.limits = SandboxLimits(cpu_seconds=1)
     assert supervisor._hit_cpu_limit(-signal.SIGKILL, 1.9988)
     assert not supervisor._hit_cpu_limit(-signal.SIGKILL, 1.5)
+
+
+# --- what holds without root ------------------------------------------------------------------
+
+
+def test_what_holds_without_root_is_said_once_and_required_guarantees_are_refused(
+    monkeypatch, caplog
+):
+    monkeypatch.setattr(sandbox_module, "memory_parent", lambda: None)
+    monkeypatch.setattr(sandbox_module, "_said", set())
+    caplog.set_level("WARNING", logger="reasonrl.sandbox")
+    Sandbox.from_config({})
+    Sandbox.from_config({})
+    warnings = [r.getMessage() for r in caplog.records if r.name == "reasonrl.sandbox"]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert "no memory_group: memory_mb caps each process" in warnings[0]
+    assert ("no own_uid" in warnings[0]) == (os.geteuid() != 0)
+    with pytest.raises(ReasonRLError, match=r"^sandbox.require: does not hold here \(memory_"):
+        Sandbox.from_config({"require": ["memory_group"]})
+    if os.geteuid() != 0:
+        with pytest.raises(ReasonRLError, match=r"sandbox.require: .*own_uid.*needs root"):
+            Sandbox.from_config({"require": ["own_uid"]})
+    else:
+        assert Sandbox.from_config({"require": ["own_uid"]}).drops_root
+
+
+def test_the_schema_knows_only_the_guarantees_the_sandbox_knows():
+    section = validate_config({})["sandbox"]
+    assert section["require"] == []
+    with pytest.raises(ReasonRLError, match="require"):
+        validate_config({"sandbox": {"require": ["root"]}})
+    for name in sandbox_module.GUARANTEES:
+        validate_config({"sandbox": {"require": [name]}})

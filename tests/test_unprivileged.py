@@ -1,0 +1,73 @@
+"""The unprivileged lane: the sandbox's tests and config/test.yaml's DAG run by an ordinary
+account (tests/ordinary_user.py), as researchers and every SLURM job run them.
+
+Run as root, the lane makes the account and sets the project up in its home; the tests below
+then run as that user: every sandbox, pool, session, zygote, code-eval, rollout, forgery and
+escape test (their "no process left" checks count that user's processes), and the DAG, whose
+results (trajectories, verdicts, metrics, weights) must equal the root run's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from ordinary_user import OrdinaryUser, as_user, ordinary_user
+from run_results import differing_results
+
+from reasonrl.sandbox import bwrap_available
+
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0, reason="needs root: it makes the ordinary account and runs as it"
+    ),
+    pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed"),
+]
+
+UNPRIVILEGED_TESTS = [
+    "tests/test_sandbox.py",
+    "tests/test_sandbox_battery.py",
+    "tests/test_sandbox_hygiene.py",
+    "tests/test_pool.py",
+    "tests/test_zygote.py",
+    "tests/test_sessions.py",
+    "tests/test_code_eval.py",
+    "tests/test_code_eval_forgery.py",
+    "tests/test_rollout.py",
+]
+# The only skips an ordinary account may see: what needs root, said so
+ROOTS_SKIPS = re.compile(r"needs root|as root|root's")
+LANE_TIMEOUT = 3600
+
+
+@pytest.fixture(scope="session")
+def user() -> OrdinaryUser:
+    return ordinary_user()
+
+
+@pytest.mark.timeout(LANE_TIMEOUT)
+def test_the_sandbox_tests_pass_as_an_ordinary_user(user):
+    argv = ["python", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", *UNPRIVILEGED_TESTS]
+    result = as_user(user, argv, timeout=LANE_TIMEOUT - 60)
+    report = result.stdout + result.stderr
+    assert result.returncode == 0, report[-8000:]
+    skips = [line for line in report.splitlines() if line.startswith("SKIPPED")]
+    assert [line for line in skips if not ROOTS_SKIPS.search(line)] == [], skips
+    assert re.search(r"^\d+ passed", report.splitlines()[-1]), report[-2000:]
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(LANE_TIMEOUT)
+def test_an_ordinary_users_dag_gives_the_root_runs_results(user, test_run):
+    workdir = user.home / "test-run"
+    shutil.rmtree(workdir, ignore_errors=True)
+    shutil.copytree(user.repo / "config", workdir / "config")
+    subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workdir)], check=True)
+    snakemake = [str(user.repo / ".venv" / "bin" / "snakemake"), "--snakefile"]
+    snakemake += [str(user.repo / "Snakefile"), "--cores", "2", "--configfile", "config/test.yaml"]
+    result = as_user(user, snakemake, cwd=workdir, timeout=LANE_TIMEOUT - 60)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-8000:]
+    assert differing_results(test_run, workdir) == []
