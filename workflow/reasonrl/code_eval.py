@@ -21,9 +21,10 @@ comes from a process the program cannot reach, computed from plain values only:
   the checker runs the problem's prompt (its imports and helpers) and its tests, with
   `candidate` a proxy that sends the call's arguments down one pipe and reads the return
   value back from the other. The tests, the nonce and the verdict never exist in the
-  candidate's process: the tests reach the checker on its stdin after the candidate started
-  (bwrap's pid 1 keeps that stdin open, but it belongs to root when the runner is root;
-  without root, a program could read its tests there, though never write a verdict).
+  candidate's process: the tests reach the checker on its stdin after the candidate started,
+  and no other process of the sandbox holds them open to the candidate, whatever the
+  runner's uid (the sandbox's pid 1, a single run's init or a batch's zygote, holds none of
+  the program's descriptors and is non-dumpable, as the checker is: see reasonrl.sandbox).
 - Values cross the pipes as Python literals of builtin types only (None, bool, int, float,
   complex, str, bytes, list, tuple, set, frozenset, dict; at most MAX_VALUE_NESTING deep),
   parsed by the checker's own decoder, so a returned value is data, never an object: no

@@ -9,7 +9,15 @@ the memory cap holds for all of the program's processes together), sets the rlim
 seconds, address space, processes, file size, no core files), drops root to a uid of its
 own (RLIMIT_NPROC does not bind root, and counts per uid: a fork bomb in one sandbox must
 not starve the one beside it) and runs the program in that same interpreter (standard
-library only, unless site-packages are asked for). The caller reads output incrementally,
+library only, unless site-packages are asked for), in a child of its own: the bootstrap
+itself stays the namespace's init, holding none of the program's descriptors.
+
+Without root the same runs go through an unprivileged user namespace per sandbox: the
+program keeps the runner's uid (RLIMIT_NPROC then counts that namespace's processes, so the
+cap is still per sandbox), the sandbox's init and the code checker are non-dumpable (nothing
+of theirs is open to it through /proc) and ignore the signals they can, and the memory cap is
+per process unless a memory cgroup can be made. GUARANTEES says what is weaker; it is said
+once, and `sandbox.require` refuses to run without it. The caller reads output incrementally,
 enforces the wall clock, the output cap and cancellation, and classifies the end as one of
 STATUSES. Nothing the program does raises in the caller.
 
@@ -22,7 +30,7 @@ A Session (the tool loop's notebook) keeps one such forked process alive across 
 cell never re-runs the ones before it, and prints what re-running them would have printed.
 
 bwrap's outer process exits as soon as the program's exit status is known, before the
-sandbox's pid 1 (bwrap's init) has exited; that pid 1 would be reparented to the host's init,
+sandbox's pid 1 (the bootstrap's init, or a zygote) has exited; that pid 1 would be reparented to the host's init,
 which in a container may never reap it. So while runs are in progress the caller is a child
 subreaper (orphans of its descendants come to it rather than to init), and each run reaps
 its pid 1 through a pidfd opened while it was alive: no zombie outlives a run.
