@@ -67,3 +67,14 @@ def one_torch_thread():
 
     with torch_threads(1):
         yield
+
+
+@pytest.fixture(scope="session")
+def ordinary_account():
+    """An ordinary account with the project set up in its home (tests/ordinary_user.py); the
+    tests that use it need root to make it."""
+    from ordinary_user import ordinary_user
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: it makes the ordinary account and runs as it")
+    return ordinary_user()

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 from local_registry import LocalRegistry
-from run_results import differing_results
+from ordinary_user import as_user
+from run_results import comparable, differing_results
 from slurm_cluster import _free_port
 
 from reasonrl.containers.build import LOCAL_BASE_REPOSITORY, remove_replaced_image
@@ -677,3 +678,38 @@ def test_slurm_jobs_run_a_split_stage_in_the_image_pulled_by_digest(
     evaluation = json.loads((tmp_path / "results/eval/base/arith/manifest.json").read_text())
     jobs = {part["scheduler"]["SLURM_JOB_ID"] for part in evaluation["parts"]}
     assert len(jobs) == 2 and evaluation["scheduler"]["SLURM_JOB_ID"] not in jobs
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_a_tool_loop_rule_run_by_an_ordinary_user_runs_its_sandbox_in_the_image(
+    cpu_image, test_run, ordinary_account
+):
+    """The Docker runner runs a rule as the invoking uid: invoked by an ordinary account (one
+    of the docker group), the tool loop's evaluation of sft-tool runs in the image as that
+    uid, its sandbox through a user namespace inside the container, with the native run's
+    trajectories and verdicts."""
+    user = ordinary_account
+    subprocess.run(["usermod", "--append", "--groups", "docker", user.name], check=True)
+    workdir = user.home / "docker-tool-rule"
+    shutil.rmtree(workdir, ignore_errors=True)
+    shutil.copytree(test_run, workdir, symlinks=True)  # mtimes kept: only the forced rule runs
+    shutil.copy(cpu_image, workdir / "images.lock.yaml")
+    subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workdir)], check=True)
+    target = "results/eval/sft-tool/arith/trajectories.jsonl"
+    containers = json.dumps({"engine": "docker", "lock": str(workdir / "images.lock.yaml")})
+    snakemake = [str(user.repo / ".venv/bin/snakemake"), "--snakefile"]
+    snakemake += [str(user.repo / "Snakefile")]
+    snakemake += ["--cores", "2", "--configfile", "config/test.yaml", "--rerun-triggers", "mtime"]
+    snakemake += ["--config", f"containers={containers}", "--forcerun", "evaluate", "--", target]
+    result = as_user(user, snakemake, cwd=workdir, timeout=HEAVY_TIMEOUT - 60)
+    log = (workdir / "logs/eval/sft-tool/arith.log").read_text(errors="replace")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:] + log[-4000:]
+    manifest = json.loads((workdir / "results/eval/sft-tool/arith/manifest.json").read_text())
+    assert manifest["container"]["digest"] == load_lock(cpu_image).images["cpu"]["image_id"]
+    for name in ("trajectories.jsonl", "metrics.json"):
+        ours = workdir / "results/eval/sft-tool/arith" / name
+        assert comparable(ours) == comparable(test_run / "results/eval/sft-tool/arith" / name)
+    statuses = [json.loads(line)["tool_status"] for line in (workdir / target).open()]
+    assert "refused" not in {status for row in statuses for status in row}
+    assert (workdir / target).stat().st_uid == user.uid  # written as the user, through the mount

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 
 import pytest
-from ordinary_user import OrdinaryUser, as_user, ordinary_user
+from ordinary_user import OrdinaryUser, as_user
 from run_results import differing_results
 
 from reasonrl.sandbox import bwrap_available
@@ -43,9 +43,9 @@ ROOTS_SKIPS = re.compile(r"needs root|as root|root's")
 LANE_TIMEOUT = 3600
 
 
-@pytest.fixture(scope="session")
-def user() -> OrdinaryUser:
-    return ordinary_user()
+@pytest.fixture
+def user(ordinary_account) -> OrdinaryUser:
+    return ordinary_account
 
 
 @pytest.mark.timeout(LANE_TIMEOUT)

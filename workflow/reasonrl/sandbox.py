@@ -30,10 +30,11 @@ A Session (the tool loop's notebook) keeps one such forked process alive across 
 cell never re-runs the ones before it, and prints what re-running them would have printed.
 
 bwrap's outer process exits as soon as the program's exit status is known, before the
-sandbox's pid 1 (the bootstrap's init, or a zygote) has exited; that pid 1 would be reparented to the host's init,
-which in a container may never reap it. So while runs are in progress the caller is a child
-subreaper (orphans of its descendants come to it rather than to init), and each run reaps
-its pid 1 through a pidfd opened while it was alive: no zombie outlives a run.
+sandbox's pid 1 (the bootstrap's init, or a zygote) has exited; that pid 1 would be
+reparented to the host's init, which in a container may never reap it. So while runs are in
+progress the caller is a child subreaper (orphans of its descendants come to it rather than
+to init), and each run reaps its pid 1 through a pidfd opened while it was alive: no zombie
+outlives a run.
 """
 
 from __future__ import annotations
