@@ -46,7 +46,7 @@ class OrdinaryUser:
     def command(self, argv: list[str]) -> list[str]:
         """argv run as this user (setpriv: its uid, gid and groups, our environment)."""
         ids = [f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups"]
-        return ["setpriv", *ids, "--", *argv]
+        return [shutil.which("setpriv") or "setpriv", *ids, "--", *argv]
 
 
 def as_user(

@@ -71,3 +71,20 @@ def test_an_ordinary_users_dag_gives_the_root_runs_results(user, test_run):
     result = as_user(user, snakemake, cwd=workdir, timeout=LANE_TIMEOUT - 60)
     assert result.returncode == 0, (result.stdout + result.stderr)[-8000:]
     assert differing_results(test_run, workdir) == []
+
+
+def test_set_up_without_bubblewrap_and_without_root_stops_naming_what_to_install(user):
+    """An ordinary account cannot install bubblewrap: `make` stops at once and says what to."""
+    bin_dir = user.home / "path-without-bwrap"  # what the Makefile's recipe runs, less bwrap
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    bin_dir.mkdir()
+    for tool in ("make", "bash", "sh", "id"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    env = {**user.environment(), "PATH": str(bin_dir)}
+    result = subprocess.run(
+        user.command(["make", "sandbox"]), cwd=user.repo, env=env, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[0] == (
+        "bwrap not found: install bubblewrap (e.g. sudo apt-get install bubblewrap)"
+    )
