@@ -237,3 +237,18 @@ def test_a_batch_with_one_refusal_among_many_comes_back(monkeypatch):
     monkeypatch.setattr(Sandbox, "run", refuse_the_first)
     results = WorkerPool(Sandbox(LIMITS), workers=2).run([f"print({i})" for i in range(3)])
     assert [r.status for r in results] == ["refused", "ok", "ok"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root's sandbox needs no user namespace")
+def test_a_host_that_forbids_user_namespaces_is_named_with_what_to_do(monkeypatch, tmp_path):
+    """What bwrap says where unprivileged user namespaces are off (a sysctl, or a container's
+    seccomp profile), and the hint the batch stops with."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace, likely because the"
+        " kernel does not allow non-privileged user namespaces.' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: str(fake))
+    with pytest.raises(SandboxRefused, match=r"new namespace.*\(unprivileged user namespaces"):
+        WorkerPool(Sandbox(LIMITS), workers=2).run(["print(1)"] * 3)

@@ -17,6 +17,7 @@ run them; they live for the batch and are closed with it.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -33,6 +34,13 @@ from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult,
 # flagged, as _thread.interrupt_main does, not signalled); the rollout's waits share it.
 POLL_SECONDS = 0.2
 _CAUSE_CHARS = 300
+# bwrap's words when it may not make the sandbox's namespaces, and what to do about it
+_NO_NAMESPACES = ("namespace", "uid map", "setting up uid")
+NAMESPACES_HINT = (
+    "unprivileged user namespaces are refused here (sysctl user.max_user_namespaces or "
+    "kernel.unprivileged_userns_clone on a host; a container's seccomp or AppArmor profile): "
+    "allow them, or run as root"
+)
 
 
 class SandboxRefused(ReasonRLError):
@@ -159,6 +167,8 @@ def _stop_on_refusals(results: list[SandboxResult]) -> None:
     if refused and 2 * len(refused) > len(results):
         lines = [line for line in refused[0].stderr.strip().splitlines() if line.strip()]
         cause = (lines[-1] if lines else "no message")[:_CAUSE_CHARS]
+        if os.geteuid() != 0 and any(word in cause.lower() for word in _NO_NAMESPACES):
+            cause = f"{cause} ({NAMESPACES_HINT})"
         raise SandboxRefused(
             f"the sandbox refused {len(refused)} of {len(results)} programs of a batch, "
             f"so nothing is computed from them: {cause}"
