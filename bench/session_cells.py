@@ -34,9 +34,9 @@ from types import SimpleNamespace
 
 from record import append
 
-from reasonrl.pool import Program, WorkerPool
 from reasonrl.rollout import SESSION_OPEN_SECONDS, RolloutSettings, needs_session
 from reasonrl.sandbox import Sandbox, program_with_history
+from reasonrl.sandbox.pool import Program, WorkerPool
 
 CELL_COUNTS = (1, 3, 6)
 

@@ -16,10 +16,10 @@ import pytest
 from isolation import default_signals, keyboard_interrupt_on_sigint, sandbox_processes
 from test_sandbox_battery import children_of
 
-from reasonrl import sandbox as sandbox_module
-from reasonrl.cgroups import memory_parent, owner_is_gone
-from reasonrl.pool import Program, SandboxRefused, WorkerPool
 from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult
+from reasonrl.sandbox import bwrap as bwrap_module
+from reasonrl.sandbox.cgroups import memory_parent, owner_is_gone
+from reasonrl.sandbox.pool import Program, SandboxRefused, WorkerPool
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -163,7 +163,7 @@ def test_interrupted_caller_leaves_no_process_or_zombie(interrupt, assert_nothin
 
 CALLER = """
 import sys
-from reasonrl.pool import WorkerPool
+from reasonrl.sandbox.pool import WorkerPool
 from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits
 pool = WorkerPool(Sandbox(SandboxLimits(wall_seconds=60)), workers=3)
 print("started", flush=True)
@@ -218,7 +218,7 @@ def test_a_batch_of_more_programs_than_workers_runs_every_one():
 
 @pytest.mark.parametrize("programs", [1, 4])
 def test_a_batch_the_sandbox_refuses_stops_with_its_cause(monkeypatch, programs):
-    monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: "/nonexistent/bwrap")
+    monkeypatch.setattr(bwrap_module, "find_bwrap", lambda: "/nonexistent/bwrap")
     pool = WorkerPool(Sandbox(LIMITS), workers=2)
     with pytest.raises(SandboxRefused, match=rf"refused {programs} of {programs} programs.*"):
         pool.run(["print(1)"] * programs)
@@ -249,6 +249,6 @@ def test_a_host_that_forbids_user_namespaces_is_named_with_what_to_do(monkeypatc
         " kernel does not allow non-privileged user namespaces.' >&2\nexit 1\n"
     )
     fake.chmod(0o755)
-    monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: str(fake))
+    monkeypatch.setattr(bwrap_module, "find_bwrap", lambda: str(fake))
     with pytest.raises(SandboxRefused, match=r"new namespace.*\(unprivileged user namespaces"):
         WorkerPool(Sandbox(LIMITS), workers=2).run(["print(1)"] * 3)

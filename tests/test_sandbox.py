@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 from isolation import sandbox_processes
 
-from reasonrl import sandbox as sandbox_module
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
-from reasonrl.pool import WorkerPool
 from reasonrl.sandbox import (
     SANDBOX_UIDS,
     STATUSES,
@@ -24,6 +22,10 @@ from reasonrl.sandbox import (
     SandboxResult,
     bwrap_available,
 )
+from reasonrl.sandbox import bwrap as bwrap_module
+from reasonrl.sandbox import guarantees as guarantees_module
+from reasonrl.sandbox.pool import WorkerPool
+from reasonrl.sandbox.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -302,7 +304,7 @@ def test_limits_and_workers_from_config():
 
 
 def test_missing_bwrap_refuses(monkeypatch):
-    monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: None)
+    monkeypatch.setattr(bwrap_module, "find_bwrap", lambda: None)
     assert not bwrap_available()
     with pytest.raises(ReasonRLError, match=r"bubblewrap \(bwrap\) not found.*allow_unsandboxed"):
         Sandbox()
@@ -311,7 +313,7 @@ def test_missing_bwrap_refuses(monkeypatch):
 
 
 def test_unsandboxed_mode_warns_and_still_enforces_limits(monkeypatch):
-    monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: None)
+    monkeypatch.setattr(bwrap_module, "find_bwrap", lambda: None)
     with pytest.warns(RuntimeWarning, match="WITHOUT bubblewrap"):
         unsandboxed = Sandbox.from_config({"allow_unsandboxed": True, "wall_seconds": 1.5})
     assert unsandboxed.run("print(6 * 7)").stdout == "42\n"
@@ -322,7 +324,7 @@ def test_unsandboxed_mode_warns_and_still_enforces_limits(monkeypatch):
 
 @pytest.mark.parametrize("broken_bwrap", ["/bin/false", "/nonexistent/bwrap"])
 def test_a_sandbox_that_cannot_start_is_refused_not_raised(monkeypatch, broken_bwrap):
-    monkeypatch.setattr(sandbox_module, "find_bwrap", lambda: broken_bwrap)
+    monkeypatch.setattr(bwrap_module, "find_bwrap", lambda: broken_bwrap)
     result = Sandbox().run("print(1)")
     assert result.status == "refused" and result.returncode is None
     assert result.output.endswith("[refused: the sandbox could not run the program]")
@@ -341,7 +343,7 @@ def test_a_sigkill_a_tick_before_the_cpu_hard_limit_of_wall_clock_is_a_timeout()
     """The kernel charges CPU time by scheduler ticks: a program that ignores SIGXCPU is
     killed at its hard limit (soft + 1 s) of CPU time, which our wall clock can show a tick
     short of (CI: 1.9988 s under a 2 s limit). Well short of it, a SIGKILL is not the limit's."""
-    supervisor = sandbox_module._Supervisor.__new__(sandbox_module._Supervisor)
+    supervisor = Supervisor.__new__(Supervisor)
     supervisor.limits = SandboxLimits(cpu_seconds=1)
     assert supervisor._hit_cpu_limit(-signal.SIGKILL, 1.9988)
     assert not supervisor._hit_cpu_limit(-signal.SIGKILL, 1.5)
@@ -353,12 +355,12 @@ def test_a_sigkill_a_tick_before_the_cpu_hard_limit_of_wall_clock_is_a_timeout()
 def test_what_holds_without_root_is_said_once_and_required_guarantees_are_refused(
     monkeypatch, caplog
 ):
-    monkeypatch.setattr(sandbox_module, "memory_parent", lambda: None)
-    monkeypatch.setattr(sandbox_module, "_said", set())
+    monkeypatch.setattr(guarantees_module, "memory_parent", lambda: None)
+    monkeypatch.setattr(guarantees_module, "_said", set())
     caplog.set_level("WARNING", logger="reasonrl.sandbox")
     Sandbox.from_config({})
     Sandbox.from_config({})
-    warnings = [r.getMessage() for r in caplog.records if r.name == "reasonrl.sandbox"]
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("reasonrl.sandbox")]
     assert len(warnings) == 1 and "\n" not in warnings[0]
     assert "no memory_group: memory_mb caps each process" in warnings[0]
     assert ("no own_uid" in warnings[0]) == (os.geteuid() != 0)
@@ -376,5 +378,5 @@ def test_the_schema_knows_only_the_guarantees_the_sandbox_knows():
     assert section["require"] == []
     with pytest.raises(ReasonRLError, match="require"):
         validate_config({"sandbox": {"require": ["root"]}})
-    for name in sandbox_module.GUARANTEES:
+    for name in guarantees_module.GUARANTEES:
         validate_config({"sandbox": {"require": [name]}})

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from test_sandbox import sandbox_processes
 
-from reasonrl.cgroups import memory_parent
-from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox, SandboxLimits
+from reasonrl.sandbox.cgroups import memory_parent
+from reasonrl.sandbox.pool import Program, WorkerPool
 
 pytestmark = pytest.mark.timeout(120)
 

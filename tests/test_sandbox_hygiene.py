@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl import sandbox as sandbox_module
 from reasonrl.errors import ReasonRLError
-from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox, SandboxLimits
+from reasonrl.sandbox import guarantees as guarantees_module
+from reasonrl.sandbox.pool import Program, WorkerPool
 
 # 10,000 runs took 164 s on two cores shared with other work; a lower count gives a quick look.
 ZOMBIE_RUNS = int(os.environ.get("REASONRL_ZOMBIE_RUNS", "10000"))
@@ -25,21 +25,21 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the uid lock folder i
 @pytest.fixture
 def lock_folder(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "reasonrl-sandbox-uids"
-    monkeypatch.setattr(sandbox_module, "UID_LOCK_DIR", path)
+    monkeypatch.setattr(guarantees_module, "UID_LOCK_DIR", path)
     return path
 
 
 def take_a_uid() -> int:
-    with sandbox_module._uid_slot() as uid:
+    with guarantees_module.uid_slot() as uid:
         return uid
 
 
 def test_a_missing_lock_folder_is_made_ours_with_mode_0700(lock_folder):
-    assert take_a_uid() == sandbox_module.SANDBOX_UIDS[0]
+    assert take_a_uid() == guarantees_module.SANDBOX_UIDS[0]
     info = lock_folder.stat()
     assert info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700
-    assert (lock_folder / f"{sandbox_module.SANDBOX_UIDS[0]}.lock").exists()
-    assert take_a_uid() == sandbox_module.SANDBOX_UIDS[0]  # the lock was released
+    assert (lock_folder / f"{guarantees_module.SANDBOX_UIDS[0]}.lock").exists()
+    assert take_a_uid() == guarantees_module.SANDBOX_UIDS[0]  # the lock was released
 
 
 def test_a_planted_symlink_is_refused_and_nothing_is_made_through_it(lock_folder, tmp_path):

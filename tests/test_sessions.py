@@ -16,7 +16,7 @@ import pytest
 from isolation import caller_of, sandbox_processes
 
 from reasonrl.sandbox import Sandbox, SandboxLimits, bwrap_available, program_with_history
-from reasonrl.zygote import Zygote
+from reasonrl.sandbox.zygote import Zygote
 
 pytestmark = [
     pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed"),

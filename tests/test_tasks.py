@@ -13,8 +13,8 @@ import pytest
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import write_jsonl
-from reasonrl.pool import WorkerPool
 from reasonrl.sandbox import bwrap_available
+from reasonrl.sandbox.pool import WorkerPool
 from reasonrl.tasks import (
     CODE_INSTRUCTION,
     COT_INSTRUCTION,

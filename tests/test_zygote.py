@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from test_sandbox import sandbox_processes
 
-from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox, SandboxLimits, bwrap_available
+from reasonrl.sandbox.pool import Program, WorkerPool
 
 pytestmark = [
     pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed"),

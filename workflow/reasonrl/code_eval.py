@@ -62,8 +62,8 @@ import numpy as np
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.metrics import pass_at_k
-from reasonrl.pool import Program, WorkerPool
 from reasonrl.sandbox import Sandbox
+from reasonrl.sandbox.pool import Program, WorkerPool
 
 SUITE_TIMEOUT_SECONDS = {"humaneval": 3.0, "mbpp": 3.0, "pycode": 3.0}
 DEFAULT_TIMEOUT_SECONDS = 3.0

@@ -31,8 +31,8 @@ from tqdm import tqdm
 
 from reasonrl.chat import CODE_BLOCK, render
 from reasonrl.generation import GenerationEngine, SamplingParams
-from reasonrl.pool import POLL_SECONDS, Program, WorkerPool
 from reasonrl.sandbox import CancelToken, Sandbox, Session, program_with_history
+from reasonrl.sandbox.pool import POLL_SECONDS, Program, WorkerPool
 from reasonrl.tasks import extract_final, grade_many, is_final_turn, prompt_messages
 from reasonrl.tasks.tool_turns import output_turn
 

@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from reasonrl.pool import WorkerPool
 from reasonrl.rewards.steps import NEGATIVE, NEUTRAL, POSITIVE
+from reasonrl.sandbox.pool import WorkerPool
 from reasonrl.tasks import program_with_tests
 
 MUTATION_KINDS = ("arithmetic", "comparison", "boolean", "constant", "slice", "swap_args")

@@ -56,7 +56,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.subreaper import as_subreaper
+from reasonrl.sandbox.subreaper import as_subreaper
 
 # stdlib modules the zygote imports before forking any program: those of code_eval's checker
 # and those most programs import. Not secrets or subprocess: secrets brings hashlib's OpenSSL

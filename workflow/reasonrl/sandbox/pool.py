@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.sandbox import CancelToken, Sandbox, SandboxLimits, SandboxResult, Session
+from reasonrl.sandbox.results import CancelToken, SandboxLimits, SandboxResult
+from reasonrl.sandbox.runner import Sandbox
+from reasonrl.sandbox.sessions import Session
 
 # How long a wait goes before it lets the caller's interrupts through (they may be only
 # flagged, as _thread.interrupt_main does, not signalled); the rollout's waits share it.
