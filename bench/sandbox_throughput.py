@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from humaneval_samples import humaneval_samples  # noqa: E402
 
-from reasonrl.code_eval import evaluate_samples  # noqa: E402
 from reasonrl.sandbox import Sandbox  # noqa: E402
+from reasonrl.tasks.code_eval import evaluate_samples  # noqa: E402
 from reasonrl.tasks.loaders import load_humaneval  # noqa: E402
 
 OFFICIAL = """

@@ -23,7 +23,7 @@ def _rows(outcomes: list[list[bool]], greedy: list[bool]) -> list[dict]:
 
 
 def test_calibration_measures_headroom_and_names_the_failed_gate():
-    from reasonrl.calibration import failed_gates, measure
+    from reasonrl.stats.calibration import failed_gates, measure
 
     easy = _rows([[True, True]] * 4, [True, True, True, False])
     frontier = _rows(
@@ -139,7 +139,7 @@ def test_a_failed_gate_stops_with_its_line_and_calibration_json_stays(tmp_path, 
 
 
 def test_the_schema_offers_exactly_the_gates_the_library_checks():
-    from reasonrl.calibration import GATES
+    from reasonrl.stats.calibration import GATES
 
     gates = load_schema("config")["properties"]["calibration"]["properties"]["gates"]
     assert set(gates["properties"]) == set(GATES)

@@ -8,7 +8,12 @@ import time
 import pytest
 
 from reasonrl.cli import main
-from reasonrl.code_eval import (
+from reasonrl.errors import ReasonRLError
+from reasonrl.io import read_jsonl, write_jsonl
+from reasonrl.sandbox import Sandbox
+from reasonrl.stats.metrics import pass_at_k
+from reasonrl.tasks import build_problems
+from reasonrl.tasks.code_eval import (
     HARNESS_GRACE_SECONDS,
     SUITE_TIMEOUT_SECONDS,
     check_many,
@@ -17,11 +22,6 @@ from reasonrl.code_eval import (
     sanitize,
     suite_timeout,
 )
-from reasonrl.errors import ReasonRLError
-from reasonrl.io import read_jsonl, write_jsonl
-from reasonrl.metrics import pass_at_k
-from reasonrl.sandbox import Sandbox
-from reasonrl.tasks import build_problems
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import pytest
 from test_code_eval import CODE
 
-from reasonrl.code_eval import check_many, completion_check, program_check
 from reasonrl.sandbox import Sandbox
+from reasonrl.tasks.code_eval import check_many, completion_check, program_check
 
 pytestmark = pytest.mark.timeout(300)
 

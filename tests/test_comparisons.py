@@ -7,15 +7,15 @@ import re
 import numpy as np
 import pytest
 
-from reasonrl.comparisons import (
+from reasonrl.errors import ReasonRLError
+from reasonrl.stats.comparisons import (
     compare,
     holm,
     mcnemar_exact_p,
     mcnemar_power,
     paired_bootstrap_ci,
 )
-from reasonrl.errors import ReasonRLError
-from reasonrl.metrics import bootstrap_ci
+from reasonrl.stats.metrics import bootstrap_ci
 
 
 def _scores(values) -> dict[str, float]:

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.metrics import maj_at_k, metrics_rows, pass_at_k, summarize, weighted_maj_at_k
+from reasonrl.stats.metrics import maj_at_k, metrics_rows, pass_at_k, summarize, weighted_maj_at_k
 
 
 def brute_pass_at_k(correct: list[bool], k: int) -> float:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.training.filtration import (
+from reasonrl.ppo.filtration import (
     FilterSpec,
     r_squared,
     rank_weights,

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from humaneval_samples import SAMPLES_PER_PROBLEM, humaneval_samples
 
-from reasonrl.code_eval import evaluate_samples
 from reasonrl.sandbox import Sandbox
+from reasonrl.tasks.code_eval import evaluate_samples
 from reasonrl.tasks.loaders import load_humaneval
 
 pytestmark = pytest.mark.timeout(600)

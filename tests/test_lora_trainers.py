@@ -281,7 +281,7 @@ def test_lora_ppo_trains_the_adapters_of_policy_and_critic_and_the_value_head(
     """...and its KL penalty's reference is the policy with the adapters off: each buffer's
     reference log-probs are the start model's, the policy's equal them before any update and
     not after one."""
-    import reasonrl.ppo_run as ppo_run
+    import reasonrl.ppo.run as ppo_run
 
     problems, rm = _ppo_inputs(tiny_policy, tmp_path)
     scores = iter(range(100))  # each held-out score beats the last: the final policy is kept
@@ -323,7 +323,7 @@ def test_lora_ppo_sends_its_generator_of_its_own_the_merged_weights(
     """--generator-gpus 1 under LoRA: the rollout server (the HF engine, a plain model, in
     a process of its own) is sent the policy's weights merged into the plain model's names
     before each sampling that follows an update, the trained adapters in them."""
-    from reasonrl.generator_process import RolloutServer
+    from reasonrl.rollout.generator_process import RolloutServer
 
     problems, rm = _ppo_inputs(tiny_policy, tmp_path)
     sent, load = [], RolloutServer.load_weights

@@ -411,7 +411,7 @@ def test_a_steps_micro_batches_share_out_over_the_processes(monkeypatch):
 
 
 def test_a_generator_with_a_gpu_of_its_own_takes_the_first_after_the_learners(monkeypatch):
-    from reasonrl.generator_process import enter_generator_environment, generator_devices
+    from reasonrl.rollout.generator_process import enter_generator_environment, generator_devices
 
     assert generator_devices("4,5,6", 2) == "6" and generator_devices(None, 1) == "1"
     with pytest.raises(ReasonRLError, match="CUDA_VISIBLE_DEVICES=4,5 has no device after"):

@@ -19,7 +19,8 @@ from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.models import load_policy, load_tokenizer
-from reasonrl.ppo_run import (
+from reasonrl.ppo.filtration import FilterSpec
+from reasonrl.ppo.run import (
     BufferBatches,
     Variant,
     concat_padded,
@@ -33,7 +34,6 @@ from reasonrl.stages.ppo import ppo as run_ppo
 from reasonrl.stages.ppo import ppo_r2 as strategy_r2
 from reasonrl.stages.ppo import ppo_table as write_ppo_table
 from reasonrl.tasks import build_problems, prompt_messages
-from reasonrl.training.filtration import FilterSpec
 from reasonrl.training.loop import (
     CheckpointStore,
     LoopSettings,
@@ -166,7 +166,7 @@ def test_ppo_resumes_exactly(tiny_policy, reward_model, problems, tmp_path, monk
     args = ("br", str(tiny_policy), str(reward_model), str(problems))
     straight = run_ppo(config, *args, tmp_path / "a")
     # Kill the run as it starts iteration 1 (after the iteration-0 checkpoint), then resume.
-    import reasonrl.ppo_run as trainer
+    import reasonrl.ppo.run as trainer
 
     fill = trainer.PPORun.fill_buffer
 
@@ -351,7 +351,7 @@ def test_ppo_samples_with_the_configured_engine_sent_the_policys_weights(
     policy's weights before every use (each iteration's sampling, every held-out check), so
     what it samples is the policy being trained. A stand-in (the HF engine on its own copy)
     takes vLLM's place: vLLM lives in another venv on CPU."""
-    import reasonrl.ppo_run as ppo_run
+    import reasonrl.ppo.run as ppo_run
     from reasonrl.generation.hf import HFEngine
 
     made, pushed, trained = [], [], {}
@@ -391,7 +391,7 @@ def test_ppo_samples_with_the_configured_engine_sent_the_policys_weights(
 def test_ppo_gradient_checkpointing_recomputes_policy_and_critic_with_the_same_losses(
     tiny_policy, reward_model, problems, tmp_path, monkeypatch
 ):
-    import reasonrl.ppo_run as ppo_run
+    import reasonrl.ppo.run as ppo_run
 
     models = []
     start = ppo_run.PPORun.__init__
@@ -443,7 +443,7 @@ def test_a_zero3_process_with_fewer_buffer_rows_runs_as_many_forwards(
     buffer's rows takes fewer micro-batches (or none) runs idle ones up to the most any
     process runs, policy and reference alike. Two processes stand in as two shares in turn
     (one process cannot shard); the rows they compute are the one process's."""
-    import reasonrl.ppo_run as ppo_run
+    import reasonrl.ppo.run as ppo_run
     from reasonrl.training.reference import Reference
 
     config = ppo_config(batch_size=2, reward="oracle")
@@ -521,7 +521,7 @@ def test_an_iterations_steps_pass_over_its_buffer_on_every_process(processes, gr
 def test_only_a_new_best_iteration_copies_the_policys_state(tiny_policy, problems, tmp_path):
     """The state is copied (under ZeRO-3 gathered, by every process) for a held-out score
     above the best so far only, and restoring returns the record without its weights."""
-    import reasonrl.ppo_run as ppo_run
+    import reasonrl.ppo.run as ppo_run
     from reasonrl.training.reference import Reference
 
     config = ppo_config(reward="oracle")
@@ -564,7 +564,7 @@ def test_a_zero3_process_with_fewer_samples_runs_as_many_reward_model_forwards(
     share of the samples takes fewer forwards of 16 (3 prompts x 12 samples: 24 and 12
     rows; 1 prompt: 12 and none) runs idle ones up to the most any process runs. Two
     processes stand in as two shares in turn; the scores are the one process's."""
-    import reasonrl.ppo_run as ppo_run
+    import reasonrl.ppo.run as ppo_run
 
     config = ppo_config()
     policy, tokenizer = load_policy(tiny_policy)
@@ -598,7 +598,7 @@ def test_the_rollout_server_samples_with_the_weights_it_is_sent(tiny_policy, pro
     """PPO's generator of its own (generator_process.RolloutServer, the HF engine in a
     process of its own): its rollouts are the in-process engine's of the same weights, the
     start model's until it is sent others, one state entry at a time."""
-    from reasonrl.generator_process import RolloutServer, RolloutSpec
+    from reasonrl.rollout.generator_process import RolloutServer, RolloutSpec
 
     config = ppo_config()
     sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}

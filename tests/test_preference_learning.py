@@ -28,8 +28,6 @@ import pytest
 import yaml
 from side_by_side import SideBySide
 
-from reasonrl.calibration import sampled_outcomes
-from reasonrl.comparisons import SEARCH_METRIC, compare, greedy_correct, holm, same_problems
 from reasonrl.config import validate_config
 from reasonrl.io import read_jsonl
 from reasonrl.models import build_tiny_policy
@@ -50,6 +48,8 @@ from reasonrl.stages.reward_models import (
     train_reward_model,
 )
 from reasonrl.stages.sft import sft as run_sft
+from reasonrl.stats.calibration import sampled_outcomes
+from reasonrl.stats.comparisons import SEARCH_METRIC, compare, greedy_correct, holm, same_problems
 
 # A module fixture's set-up counts against the first test that asks for it. One after another
 # in this process, the two 900-step SFT runs took 861 s in a clean-clone CI run (pytest-timeout's

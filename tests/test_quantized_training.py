@@ -314,7 +314,7 @@ def test_qlora_ppo_trains_adapters_on_a_4bit_policy_and_an_unquantized_critic_tr
     before any update; the separate critic's trunk is built from the dequantized weights;
     the folder is the unquantized start plus the merged deltas of the best iteration (the
     start itself when no iteration beats it: its adapters are put back)."""
-    import reasonrl.ppo_run as ppo_run
+    import reasonrl.ppo.run as ppo_run
     from reasonrl.stages.ppo import ppo as run_ppo
 
     tiny_policy = wide_policy

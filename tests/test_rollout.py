@@ -8,11 +8,11 @@ import pytest
 from isolation import sandbox_processes
 from test_sessions import ours
 
-from reasonrl import rollout
 from reasonrl.generation import Completion, SamplingParams
 from reasonrl.io import load_schema
 from reasonrl.models import train_tokenizer
 from reasonrl.rollout import RolloutPrefix, RolloutSettings, continue_rollouts, run_rollouts
+from reasonrl.rollout import loop as rollout
 from reasonrl.sandbox import Sandbox, SandboxLimits, program_with_history
 from reasonrl.tasks import prompt_messages
 

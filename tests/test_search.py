@@ -208,7 +208,7 @@ def test_hgs_labels_a_turn_by_the_prm_verdict_on_its_last_line(monkeypatch):
     and the expanded turn gets the verdict of the line that ends it."""
     import torch
 
-    from reasonrl import tool_steps
+    from reasonrl.search import tool_steps
 
     read = []
 
@@ -242,8 +242,8 @@ def test_hgs_labels_a_turn_by_the_prm_verdict_on_its_last_line(monkeypatch):
 def _counting_model(monkeypatch, turns_of_completion: int = 3, waves: int = 1):
     """A ToolStepModel whose rollouts are stubbed: every continuation is one 5-token turn, a
     completion `turns_of_completion` turns in all; the stubs record their calls."""
-    from reasonrl import tool_steps
     from reasonrl.rollout import RolloutSettings
+    from reasonrl.search import tool_steps
 
     calls = []
 

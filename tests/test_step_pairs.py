@@ -8,10 +8,10 @@ import copy
 import pytest
 import torch
 
-from reasonrl.divergence import Divergence, diverging_lines, first_divergence
 from reasonrl.errors import ReasonRLError
 from reasonrl.models import load_policy
 from reasonrl.sequences import encode_step_pair, pad_sequences, sequence_logps
+from reasonrl.sequences.divergence import Divergence, diverging_lines, first_divergence
 from reasonrl.training.preference import pair_sequences
 
 QUESTION = {"role": "user", "content": "Ben has 80 cards. He sells 77 cards. How many now?"}

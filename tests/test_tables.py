@@ -4,7 +4,7 @@ unpadded pipe table."""
 from __future__ import annotations
 
 from reasonrl.io import write_csv as write_rows
-from reasonrl.tables import frame, markdown, write_csv
+from reasonrl.stats.tables import frame, markdown, write_csv
 
 ROWS = [
     {"method": "SFT", "n": 4, "pass@1": 0.1, "best": True, "ci": [0.0, 0.2], "note": "a,b"},

@@ -340,7 +340,7 @@ def ppo_table(args: argparse.Namespace, config: dict) -> None:
 def plan(args: argparse.Namespace, config: dict) -> None:
     from reasonrl import memory_plan
     from reasonrl.config import load_workflow_config, read_yaml
-    from reasonrl.tables import frame, markdown
+    from reasonrl.stats.tables import frame, markdown
 
     config = load_workflow_config(args.configfile)
     profile = {}

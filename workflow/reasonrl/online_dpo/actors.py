@@ -1,6 +1,6 @@
 """The generator process and the learner's side of the channel to it.
 
-The generator is a separate process (reasonrl.generator_process: spawned, its own torch
+The generator is a separate process (reasonrl.rollout.generator_process: spawned, its own torch
 threads) that owns a generation engine. It makes generation rounds in order; round g is N
 mini-batches of prompts, K samples each, sampled with the policy version the schedule names:
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from reasonrl import generator_process
 from reasonrl.errors import ReasonRLError
-from reasonrl.generator_process import next_request
+from reasonrl.rollout import generator_process
+from reasonrl.rollout.generator_process import next_request
 from reasonrl.training.lora import merged_state_dict
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 
 from reasonrl.chat import CODE_BLOCK
-from reasonrl.code_eval import FENCE
 from reasonrl.errors import ReasonRLError
 from reasonrl.tasks import is_code_task
+from reasonrl.tasks.code_eval import FENCE
 
 POSITIVE, NEGATIVE, NEUTRAL = "+", "-", "~"
 LABELS = (POSITIVE, NEGATIVE, NEUTRAL)

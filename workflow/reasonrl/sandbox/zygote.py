@@ -484,7 +484,7 @@ def make_runner(sys, os, signal, channel, path):
                     source = script.read()
         os._exit(0)
     return run_program if channel is None else run_session
-# Modules the code checker (reasonrl.code_eval) and most programs import, loaded once here
+# Modules the code checker (reasonrl.tasks.code_eval) and most programs import, loaded once here
 # rather than in every program (forked children share them; none of their state is shared
 # back: each program changes only its own copy).
 for module in PRELOADED:

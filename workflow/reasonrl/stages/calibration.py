@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from reasonrl.calibration import GATES, failed_gates, measure
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json
+from reasonrl.stats.calibration import GATES, failed_gates, measure
 
 log = logging.getLogger(__name__)
 # The config key of the temperature the evaluation samples (the calibration's samples) use.

@@ -8,15 +8,15 @@ import logging
 from functools import cache
 from pathlib import Path
 
-from reasonrl.code_eval import evaluate_samples
 from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.io import read_jsonl, write_csv, write_json, write_jsonl
 from reasonrl.manifest import Provenance, scheduler_provenance
-from reasonrl.metrics import metrics_rows, summarize
 from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.shards import ONE_JOB, ShardStore, Split, fingerprint, shard_seed
+from reasonrl.stats.metrics import metrics_rows, summarize
 from reasonrl.tasks.arith import copy_summary
+from reasonrl.tasks.code_eval import evaluate_samples
 from reasonrl.tasks.grading import normalize_answer
 
 log = logging.getLogger(__name__)

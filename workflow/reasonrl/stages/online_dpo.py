@@ -16,7 +16,7 @@ import torch
 from reasonrl.errors import ReasonRLError
 from reasonrl.interrupts import raise_interrupted
 from reasonrl.io import read_json, read_jsonl, write_json, write_text
-from reasonrl.tables import frame, markdown, write_csv
+from reasonrl.stats.tables import frame, markdown, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,10 @@ def online_dpo(
     per-step metrics (JSON + CSV) and the manifest. Under accelerate launch the learner is
     data parallel and the main process runs the generator (reasonrl.online_dpo.learner);
     `generator_gpus` 1: the generator samples on the job's GPU after the learner's."""
-    from reasonrl.generator_process import generator_devices
     from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
     from reasonrl.rewards.sequence import SequenceScorer
+    from reasonrl.rollout.generator_process import generator_devices
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import data_parallel_processes, is_main_process, refuse_zero3
     from reasonrl.training.lora import LoraSettings

@@ -1,5 +1,5 @@
 """Stages of workflow/rules/ppo.smk: PPO / PF-PPO training from the SFT policy (the run's
-machinery is reasonrl.ppo_run), the R^2 strategy choice from the SFT policy (the paper's
+machinery is reasonrl.ppo.run), the R^2 strategy choice from the SFT policy (the paper's
 Table 1 and Figure 1) and the table of variants (Tables 3 and 4)."""
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ import torch
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.generation.hf import HFEngine
-from reasonrl.generator_process import RolloutServer, RolloutSpec, generator_devices
 from reasonrl.interrupts import raise_interrupted
 from reasonrl.io import read_json, read_jsonl, write_json, write_jsonl
 from reasonrl.manifest import Provenance
 from reasonrl.models import load_policy
-from reasonrl.ppo_run import (
+from reasonrl.ppo.run import (
     BufferBatches,
     PPOObjectiveWithInfo,
     PPORun,
@@ -38,9 +37,10 @@ from reasonrl.ppo_run import (
 )
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutSettings, run_rollouts
+from reasonrl.rollout.generator_process import RolloutServer, RolloutSpec, generator_devices
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages._train import TrainingRun
-from reasonrl.tables import frame, write_table
+from reasonrl.stats.tables import frame, write_table
 from reasonrl.training.loop import (
     LoopSettings,
     data_parallel_processes,
@@ -62,7 +62,7 @@ def ppo(
     generator_gpus: int = 0,
 ) -> dict:
     """Train one PPO variant from the SFT policy; write the best policy, metrics, manifest.
-    Under accelerate launch the processes train data parallel (reasonrl.ppo_run).
+    Under accelerate launch the processes train data parallel (reasonrl.ppo.run).
     `generator_gpus` 1: the main process samples with a generator process on the job's GPU
     after the learner's, sent the policy's weights after each update."""
     check_launch(config, generator_gpus)

@@ -14,7 +14,7 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from reasonrl.manifest import Provenance, scheduler_provenance
 from reasonrl.shards import ONE_JOB, Split
-from reasonrl.tables import frame, write_table
+from reasonrl.stats.tables import frame, write_table
 
 log = logging.getLogger(__name__)
 

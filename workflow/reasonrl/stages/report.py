@@ -15,12 +15,12 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from reasonrl.comparisons import run_declared
 from reasonrl.config import search_arm
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import atomic_path, load_schema, read_json, write_json, write_text
 from reasonrl.search import best_of_n_curve, read_best_of_n, search_arm_scores
-from reasonrl.tables import frame, markdown, write_csv
+from reasonrl.stats.comparisons import run_declared
+from reasonrl.stats.tables import frame, markdown, write_csv
 
 log = logging.getLogger(__name__)
 REQUIRED_KEYS = ("policy", "task", "greedy_pass@1", "greedy_pass@1_ci")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from reasonrl import tables
 from reasonrl.config import MATCHED_SELECTIONS
 from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams, make_engine
@@ -43,12 +42,13 @@ from reasonrl.search import (
     sample_then_filter,
     sample_to_budget,
 )
+from reasonrl.search.tool_steps import ToolStepModel
 from reasonrl.shards import ONE_JOB, ShardStore, Split, fingerprint, shard_seed
 from reasonrl.stages._train import TrainingRun
-from reasonrl.tables import frame, markdown
+from reasonrl.stats import tables
+from reasonrl.stats.tables import frame, markdown
 from reasonrl.tasks import is_code_task
 from reasonrl.tasks.grading import extract_answer, normalize_answer
-from reasonrl.tool_steps import ToolStepModel
 from reasonrl.training.lora import LoraSettings
 
 log = logging.getLogger(__name__)

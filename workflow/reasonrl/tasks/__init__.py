@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reasonrl.code_eval import FENCE, check_many, program_check, sanitize, suite_timeout
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import load_schema
 from reasonrl.tasks import arith, loaders, pycode
+from reasonrl.tasks.code_eval import FENCE, check_many, program_check, sanitize, suite_timeout
 from reasonrl.tasks.grading import answers_equal, extract_answer
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def extract_final(problem: dict, messages: list[dict]) -> str | None:
     """The final answer (math) or the full program (code) of a trajectory; None if absent.
 
     The program is the prompt followed by the sanitised code of the last model turn
-    (reasonrl.code_eval.sanitize): a whole function replaces the prompt's stub, a body is
+    (reasonrl.tasks.code_eval.sanitize): a whole function replaces the prompt's stub, a body is
     put under the prompt's signature.
     """
     text = _last_assistant_text(messages)

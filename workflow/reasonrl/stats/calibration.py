@@ -16,7 +16,7 @@ from collections import defaultdict
 import numpy as np
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.metrics import pass_at_k
+from reasonrl.stats.metrics import pass_at_k
 
 # gate -> (measure, bound kind, what to change when it fails)
 GATES = {

@@ -58,17 +58,17 @@ from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import atomic_path
 from reasonrl.memory_plan import buffer_rows, buffer_steps_message
-from reasonrl.rewards.sequence import SequenceScorer
-from reasonrl.rollout import RolloutSettings, run_rollouts
-from reasonrl.sandbox import Sandbox
-from reasonrl.sequences import action_logps
-from reasonrl.training.filtration import (
+from reasonrl.ppo.filtration import (
     FilterSpec,
     r_squared,
     reward_bins,
     select,
     selection_probabilities,
 )
+from reasonrl.rewards.sequence import SequenceScorer
+from reasonrl.rollout import RolloutSettings, run_rollouts
+from reasonrl.sandbox import Sandbox
+from reasonrl.sequences import action_logps
 from reasonrl.training.loop import (
     MainBroadcast,
     data_parallel_processes,
@@ -93,7 +93,7 @@ from reasonrl.training.zero3 import (
 )
 
 if TYPE_CHECKING:
-    from reasonrl.generator_process import RolloutServer
+    from reasonrl.rollout.generator_process import RolloutServer
 
 log = logging.getLogger(__name__)
 

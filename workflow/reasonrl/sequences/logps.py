@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from reasonrl.chat import assistant_spans, render, tokenize_chat
-from reasonrl.divergence import Divergence, first_divergence
 from reasonrl.errors import ReasonRLError
 from reasonrl.models import end_of_turn_ids, on_model_device
+from reasonrl.sequences.divergence import Divergence, first_divergence
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ def encode_step(
 def encode_step_pair(
     tokenizer, chosen: list[dict], rejected: list[dict], max_length: int | None
 ) -> tuple[MaskedSequence, MaskedSequence] | None:
-    """(chosen, rejected) masked on the step where they first diverge (reasonrl.divergence), or
-    None when they first differ outside a model turn."""
+    """(chosen, rejected) masked on the step where they first diverge (sequences.divergence),
+    or None when they first differ outside a model turn."""
     divergence: Divergence | None = first_divergence(chosen, rejected)
     if divergence is None:
         return None

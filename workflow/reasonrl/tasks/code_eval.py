@@ -61,9 +61,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.metrics import pass_at_k
 from reasonrl.sandbox import Sandbox
 from reasonrl.sandbox.pool import Program, WorkerPool
+from reasonrl.stats.metrics import pass_at_k
 
 SUITE_TIMEOUT_SECONDS = {"humaneval": 3.0, "mbpp": 3.0, "pycode": 3.0}
 DEFAULT_TIMEOUT_SECONDS = 3.0
