@@ -5,6 +5,9 @@
 # of a failed gate are what the user needs to see.
 
 
+include: "helpers/calibration.smk"
+
+
 rule calibrate:
     input:
         easy=calibration_trajectories("easy_task"),

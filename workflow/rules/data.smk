@@ -2,6 +2,9 @@
 # prompt pools its consumers draw from instead of the train split (tasks.TASK.pools).
 
 
+include: "helpers/data.smk"
+
+
 rule make_task_data:
     output:
         train="results/data/{task}/train.jsonl",

@@ -2,6 +2,10 @@
 # rule's image through the Docker API, by giving the rule a shell (resource shell_exec) that
 # starts its container. Included last by the Snakefile, so it sees every rule.
 
+
+include: "helpers/docker.smk"
+
+
 if config["containers"]["engine"] == "docker":
     for docker_rule in workflow.rules:
         if docker_rule.shellcmd:

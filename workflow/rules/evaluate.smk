@@ -1,6 +1,9 @@
 # Evaluation of one policy on one task's test split: greedy pass@1, pass@k and maj@k.
 
 
+include: "helpers/evaluate.smk"
+
+
 rule evaluate:
     input:
         model=lambda wildcards: policy_model_input(wildcards.policy),

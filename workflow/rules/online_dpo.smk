@@ -5,6 +5,9 @@
 # on a GPU of its own with resource generator_gpus: 1 (the job's last).
 
 
+include: "helpers/online_dpo.smk"
+
+
 wildcard_constraints:
     online=r"[a-z][a-z0-9.]*(-[a-z0-9.]+)*",
 

@@ -7,6 +7,10 @@
 # The CLI verb `plan --configfile F --profile P` prints the whole table. Included
 # after every rule, so it sees their resources.
 
+
+include: "helpers/plan.smk"
+
+
 try:
     GPU_PLACEMENTS = gpu_placements()
     if GPU_PLACEMENTS:

@@ -5,6 +5,9 @@
 # generator_gpus: 1); the table of held-out pass@1 beside R^2 and compute.
 
 
+include: "helpers/ppo.smk"
+
+
 wildcard_constraints:
     ppo_variant=ppo_variant_pattern(),
 

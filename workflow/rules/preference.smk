@@ -4,6 +4,9 @@
 # Methods and their round counts are config (preference.variants); ablations add entries.
 
 
+include: "helpers/preference.smk"
+
+
 wildcard_constraints:
     round=r"\d+",
     lineage=r"[a-z][a-z0-9.-]*",

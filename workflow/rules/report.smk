@@ -1,6 +1,9 @@
 # Tables and plots over every evaluation and SFT run; also shown by `snakemake --report`.
 
 
+include: "helpers/report.smk"
+
+
 rule report:
     input:
         metrics=eval_metrics(),

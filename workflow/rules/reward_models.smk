@@ -4,6 +4,9 @@
 # then best-of-N reranking and HGS-PRM decoding on the test split, and their tables.
 
 
+include: "helpers/reward_models.smk"
+
+
 wildcard_constraints:
     kind=r"bt|orm|prm",
 

@@ -3,6 +3,9 @@
 # results/models/.sft-{variant}.ckpt, so a killed job resumes when rerun.
 
 
+include: "helpers/sft.smk"
+
+
 rule sft:
     input:
         model=policy_model_input("base"),
