@@ -22,18 +22,14 @@ BWRAP_MISSING = (
     "sandbox.allow_unsandboxed: true to run model code without isolation"
 )
 
-
 UNSANDBOXED_WARNING = (
     "sandbox.allow_unsandboxed: running model code WITHOUT bubblewrap isolation "
     "(network, files and process count are not contained); install bubblewrap"
 )
 
-
 HOST_DIR_PREFIX = "reasonrl-sandbox-"  # + the caller's pid: host folder of one run
 
-
 SANDBOX_SCRIPT = "/tmp/main.py"
-
 
 # In bwrap the bootstrap is the pid namespace's init (--as-pid-1) and runs the program in a
 # child: bwrap's own init would keep the program's stdin (a code check's tests) and output
@@ -105,7 +101,6 @@ SANDBOX_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
-
 
 _ETC_FILES = (
     "/etc/ld.so.cache",

@@ -30,17 +30,13 @@ GUARANTEES = {
     ),
 }
 
-
 _said: set[str] = set()
 
-
 _log = logging.getLogger(__name__)
-
 
 # Uids (and gids) the sandboxed programs run as when we are root: one per running sandbox,
 # held by a lock file so that concurrent processes on one host never share one.
 SANDBOX_UIDS = range(2_100_000_000, 2_100_000_000 + 1024)
-
 
 UID_LOCK_DIR = Path(tempfile.gettempdir()) / "reasonrl-sandbox-uids"
 

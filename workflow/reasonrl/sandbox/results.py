@@ -12,12 +12,9 @@ from dataclasses import dataclass, fields
 
 STATUSES = ("ok", "error", "timeout", "memory", "output-limit", "refused", "cancelled")
 
-
 _TAIL_LINES = 5
 
-
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
-
 
 _PROGRAM_FILE_MARK = 'main.py", line '  # how a traceback names a frame of the program itself
 

@@ -26,21 +26,16 @@ from reasonrl.sandbox.zygote import (
 
 READ_CHUNK = 65536
 
-
 _KILL_GRACE_SECONDS = 2.0
-
 
 ZYGOTE_KILL_GRACE_SECONDS = 5.0  # a zygote kills every process of the program, then answers
 
-
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "out of memory")
-
 
 # The kernel charges CPU time by whole scheduler ticks, so a program can reach its CPU limit a
 # tick or so before our wall clock shows that much time (seen: SIGKILL at 1.9988 s of wall
 # clock under a 2 s hard limit, in CI).
 _CPU_ACCOUNTING_SLACK_SECONDS = 0.05
-
 
 _STDERR_FLOOD_FACTOR = 64  # stderr may exceed the kept cap this many times over
 
