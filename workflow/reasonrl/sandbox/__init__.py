@@ -23,8 +23,8 @@ STATUSES. Nothing the program does raises in the caller.
 
 In a pool's batch (sandbox.zygote, the default) a program does not start its own bwrap and
 interpreter: a warm interpreter in one such sandbox per pool worker forks it and does the same
-set-up in the child (reasonrl.zygote); the caller's side, its supervision and its results are
-the same.
+set-up in the child (reasonrl.sandbox.zygote); the caller's side, its supervision and its
+results are the same.
 
 A Session (the tool loop's notebook) keeps one such forked process alive across cells, so a
 cell never re-runs the ones before it, and prints what re-running them would have printed.

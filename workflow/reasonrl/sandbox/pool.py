@@ -11,7 +11,7 @@ to be written as results: when most of a batch is "refused", `run` raises Sandbo
 naming the cause. Worker threads only wait on their sandboxes, so an interrupt of the caller
 (KeyboardInterrupt, any exception) cancels the batch and returns only once every sandbox
 is killed and reaped: no process and no zombie outlives a batch. In a batch of more programs
-than workers, the sandbox's zygotes (one warm interpreter per worker, see reasonrl.zygote)
+than workers, the sandbox's zygotes (one warm interpreter per worker, see reasonrl.sandbox.zygote)
 run them; they live for the batch and are closed with it.
 """
 

@@ -95,7 +95,7 @@ class Sandbox:
             os.close(open_lock_folder())  # a lock folder we cannot trust stops us here
         # In a venv, the base interpreter: the venv (in the project folder) stays outside.
         self.interpreter = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-        # A warm interpreter per pool worker forks each program (see reasonrl.zygote); off,
+        # A warm interpreter per pool worker forks each program (see reasonrl.sandbox.zygote); off,
         # each program starts its own bwrap and interpreter.
         self.zygote = zygote and self.bwrap is not None
         self._zygotes = WarmZygotes()  # shared by the copies with_limits makes
@@ -245,7 +245,7 @@ class Sandbox:
         # outlives the pool worker that started it. The zygote exits (killing its program)
         # when its socket closes, as it does when this process dies.
         options.remove("--die-with-parent")
-        options.append("--as-pid-1")  # the zygote is the namespace's init (see reasonrl.zygote)
+        options.append("--as-pid-1")  # the zygote is the namespace's init (sandbox.zygote)
         if self.seccomp is not None:
             with memfd("seccomp.bpf", self.seccomp) as seccomp_file:
                 child_fds.append(os.dup(seccomp_file.fileno()))

@@ -64,7 +64,7 @@ class Session:
     cells before, the cell), gives: the session's process runs that very program (from
     /tmp/main.py, so tracebacks show its line numbers and lines) less the re-run of the
     cells it has run already, and after each cell makes what the cell defined look as its
-    re-run would (see reasonrl.zygote's make_runner). Its limits are that program's too:
+    re-run would (see reasonrl.sandbox.zygote's make_runner). Its limits are that program's too:
     RLIMIT_CPU and the memory cap hold for the process's whole life (the re-run's CPU time
     and memory are the earlier cells'), and a cell's wall clock is what the earlier cells of
     the process left of wall_seconds. What a re-run would not repeat exactly (the clock, pids,
@@ -74,7 +74,7 @@ class Session:
     sandbox (a batch no larger than its workers) rather than a zygote.
 
     The process is a session-mode program of a zygote leased for the session's life (the
-    pool's zygotes while sandbox.warm() is open; see reasonrl.zygote): seccomp-filtered,
+    pool's zygotes while sandbox.warm() is open; see reasonrl.sandbox.zygote): seccomp-filtered,
     rlimited, its own uid and memory cgroup, as any program there. When a cell ends, the
     zygote kills every process it started (only the session's own runs on between cells).
 

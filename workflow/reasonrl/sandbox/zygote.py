@@ -25,7 +25,7 @@ A session (reasonrl.sandbox.Session) is such a program whose main process does n
 its code: it runs one cell after another in one namespace, each read from /tmp/main.py when
 the caller sends the cell's token on a channel of its own (a socket it keeps, the one
 descriptor of ours it has, not inherited across exec), answering "<token> <exit status>"
-there. Each cell prints what the tool loop's re-run program (reasonrl.sandbox's
+there. Each cell prints what the tool loop's re-run program (reasonrl.sandbox.sessions'
 program_with_history) prints for it: /tmp/main.py holds that very program, and the session
 runs it less the re-run of the earlier cells it has run already (see make_runner). The
 zygote supervises it as any program (RLIMIT_CPU, as a re-run program's, for the process's

@@ -121,7 +121,7 @@ class ToolStepModel:
     def sample(self, ids: list[int], calls_left: list[int], round_no: int) -> list[dict]:
         """One full sample per problem at the search's temperature, made with at most its
         calls left (model turns, counted as the search counts them): the compute-matched
-        baseline's sampler (reasonrl.search.sample_to_budget)."""
+        baseline's sampler (reasonrl.search.hgs.sample_to_budget)."""
         params = SamplingParams(
             temperature=self.section["temperature"],
             top_p=self.section["top_p"],
