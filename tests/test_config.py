@@ -200,10 +200,16 @@ def test_start_policies_must_be_trained_sft_policies(raw, key, policy):
 
 def test_start_policies_of_sections_with_nothing_to_run_are_not_checked():
     tasks = {"arith": {"kind": "arith"}, **ARITH3}
-    validate_config({"tasks": tasks, "online_dpo": {"task": "arith3", "policy": "sft-mix"}})
-    validate_config({"tasks": tasks, "ppo": {**PPO, "policy": "base"}})
+    online_dpo = {"task": "arith3", "policy": "sft-mix"}
+    online = validate_config({"tasks": tasks, "online_dpo": online_dpo})
+    assert online["online_dpo"]["policy"] == "sft-mix"
+    assert online["online_dpo"]["variants"] == [], "the section has no work to do"
+    ppo = validate_config({"tasks": tasks, "ppo": {**PPO, "policy": "base"}})
+    assert ppo["ppo"]["policy"] == "base"
     # reward models nobody uses: no reward_models.tasks, no PPO variant
-    validate_config({"ppo": {"task": "arith3"}, "reward_models": {"policy": "sft-x"}})
+    unused = validate_config({"ppo": {"task": "arith3"}, "reward_models": {"policy": "sft-x"}})
+    assert unused["reward_models"]["policy"] == "sft-x"
+    assert unused["reward_models"]["tasks"] == [] and unused["ppo"]["variants"] == []
 
 
 def test_task_lists_must_name_configured_tasks():

@@ -47,7 +47,7 @@ def test_every_gpu_recipe_is_checked():
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
-def test_recipe_trains_and_evaluates_the_papers_hub_model_with_vllm(snakemake, name):
+def test_recipe_dry_run_plans_sft_and_evaluation_of_the_papers_model_with_vllm(snakemake, name):
     hub_id, lr = RECIPES[name]
     result = snakemake("-n", "-p", "--configfile", f"config/{name}")
     commands = _commands(result)

@@ -9,6 +9,7 @@ import sys
 import huggingface_hub.constants
 import pytest
 
+from reasonrl import hub
 from reasonrl.errors import ReasonRLError
 from reasonrl.hub import check_model_value
 
@@ -33,9 +34,14 @@ def offline_cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_a_hub_id_in_the_cache_passes_offline(offline_cache):
+def test_a_hub_id_in_the_cache_passes_offline(offline_cache, monkeypatch):
     _cache_config_json(offline_cache, REPO_ID)
-    check_model_value(REPO_ID)
+    looked_up = []
+    cached = hub._cached
+    monkeypatch.setattr(hub, "_cached", lambda name: looked_up.append(name) or cached(name))
+    check_model_value(REPO_ID)  # raises unless the offline check found the cached config.json
+    assert looked_up == [REPO_ID]
+    assert cached(REPO_ID)
 
 
 def test_a_hub_id_not_in_the_cache_is_refused_offline(offline_cache):
