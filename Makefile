@@ -12,10 +12,14 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench
+.PHONY: run readme test lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
+
+# The README's results section, rewritten from the last run's results/report/.
+readme: setup
+	$(BIN)/reasonrl readme --config $(CONFIG)
 
 # Lint, the test dependencies and the suite; the learning tests start first, at a lower CPU
 # priority, and run beside the rest (tests/run_suite.py says why).

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +240,98 @@ def test_index_shows_the_calibration_gates_when_given(tmp_path):
     assert "differs from preference.sampling.temperature = 1.0" in index
     assert "| easy_min | easy_greedy | 0.500 | >= 0.85 | FAILED |" in index
     assert "| frontier_max | frontier_greedy | 0.500 | <= 0.6 | passed |" in index
+
+
+# ---- the README's results section (make readme) ----
+
+README = "# title\n\nabove\n\n{begin}\nstale\n{end}\n\nbelow\n"
+
+
+def comparison_row(name, diff, ci, p_holm, **extra):
+    return {
+        "name": name, "metric": "greedy_pass@1", "a": "a-pol", "b": "sft-tool", "n": 20,
+        "value_a": 0.7 + diff, "value_b": 0.7, "diff": diff, "ci_low": ci[0], "ci_high": ci[1],
+        "test": "mcnemar_exact", "p": p_holm, "p_holm": p_holm, **extra,
+    }  # fmt: skip
+
+
+@pytest.fixture
+def report_dir(tmp_path, evaluations):
+    out = tmp_path / "report"
+    write_report(evaluations, str(out))
+    rows = [
+        comparison_row("gain", 0.1, (0.05, 0.15), 0.001),
+        comparison_row("null", -0.02, (-0.08, 0.04), 1.0),
+        comparison_row("cost", -0.01, (-0.02, 0.0), 0.004, margin=0.03),
+    ]
+    (out / "comparisons.json").write_text(json.dumps(rows))
+    return out
+
+
+def test_readme_section_tables_every_policy_by_task_and_each_comparisons_verdict(report_dir):
+    from reasonrl.stages.report import results_section
+
+    section = results_section(report_dir, alpha=0.05)
+    # one row per policy, a column per task with its problem count; no pycode run is a dash
+    assert "| policy | arith (20) | pycode (20) |" in section
+    assert "| sft-tool | 0.700 [0.600, 0.800] | – |" in section
+    assert "| base | 0.000 [0.000, 0.100] | 0.100 [0.000, 0.200] |" in section
+    assert "| gain | a-pol | sft-tool | 20 | +0.100 [+0.050, +0.150] | 0.001 | a > b |" in section
+    null = "| null | a-pol | sft-tool | 20 | -0.020 [-0.080, +0.040] | 1 | no difference shown |"
+    assert null in section
+    assert "| 0.004 | a >= b - 0.03 |" in section
+    assert "Holm over all 3, alpha 0.05" in section
+    assert "Calibration" not in section  # no calibration.json in this report
+
+
+def test_readme_update_rewrites_only_between_the_markers_and_check_refuses_a_stale_one(
+    report_dir, tmp_path
+):
+    from reasonrl.stages.report import BEGIN, END, results_section, update_readme
+
+    readme = tmp_path / "README.md"
+    readme.write_text(README.format(begin=BEGIN, end=END))
+    section = results_section(report_dir, alpha=0.05)
+    with pytest.raises(ReasonRLError, match=r"README.md:5: the results section is not the report"):
+        update_readme(readme, section, check=True)
+    assert "stale" in readme.read_text()  # check wrote nothing
+    assert update_readme(readme, section) is True
+    text = readme.read_text()
+    assert text.startswith("# title\n\nabove\n\n" + BEGIN + "\n\n" + section)
+    assert text.endswith(section + "\n" + END + "\n\nbelow\n") and "stale" not in text
+    assert update_readme(readme, section) is False  # idempotent
+    assert update_readme(readme, section, check=True) is False
+    assert readme.read_text() == text
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("no markers\n", "needs the line '<!-- results: begin"),
+        ("{begin}\n{begin}\n{end}\n", "found 2"),
+        ("{end}\n{begin}\n", "README.md:1: the end marker comes before the begin marker"),
+    ],
+)
+def test_readme_update_names_the_file_and_its_bad_markers(tmp_path, text, message):
+    from reasonrl.stages.report import BEGIN, END, update_readme
+
+    readme = tmp_path / "README.md"
+    readme.write_text(text.format(begin=BEGIN, end=END))
+    with pytest.raises(ReasonRLError, match=re.escape(message)):
+        update_readme(readme, "section\n")
+
+
+def test_readme_section_of_a_folder_without_a_run_says_to_run_it(tmp_path):
+    from reasonrl.stages.report import results_section
+
+    with pytest.raises(ReasonRLError, match=r"summary.csv: missing; run the workflow"):
+        results_section(tmp_path, alpha=0.05)
+
+
+def test_the_readme_holds_one_results_section_that_make_readme_writes():
+    from reasonrl.stages.report import BEGIN, END
+
+    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    assert lines.count(BEGIN) == 1 and lines.count(END) == 1
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert "readme: setup\n\t$(BIN)/reasonrl readme --config $(CONFIG)\n" in makefile

@@ -131,11 +131,11 @@ def test_profile_sets_what_a_cluster_without_slurmdbd_needs():
     assert profile["software-deployment-method"] == "apptainer"
 
 
-def readme_node_commands() -> list[tuple[str, list[str]]]:
-    """The README's commands for the GPU recipes on one 8 x 80 GB node: (recipe, the
+def cluster_page_node_commands() -> list[tuple[str, list[str]]]:
+    """docs/cluster.md's commands for the GPU recipes on one 8 x 80 GB node: (recipe, the
     --set-resources of its command, $NODE expanded)."""
-    readme = (REPO / "README.md").read_text()
-    block = readme[readme.index('NODE="') :].split("```", 1)[0]
+    page = (REPO / "docs/cluster.md").read_text()
+    block = page[page.index('NODE="') :].split("```", 1)[0]
     node = block.split('"')[1].split()
     commands = []
     for command in block.split(".venv/bin/snakemake ")[1:]:
@@ -146,11 +146,11 @@ def readme_node_commands() -> list[tuple[str, list[str]]]:
     return commands
 
 
-def test_the_readmes_node_commands_dry_run_every_gpu_recipe(snakemake, tmp_path):
-    """Each GPU recipe has a command in the README, and its dry run with the profile (less
+def test_the_cluster_pages_node_commands_dry_run_every_gpu_recipe(snakemake, tmp_path):
+    """Each GPU recipe has a command in docs/cluster.md, and its dry run with the profile (less
     Apptainer: no image is published here) plans every rule within the node; without the
     command's resources the profile's one GPU per rule does not fit."""
-    commands = readme_node_commands()
+    commands = cluster_page_node_commands()
     recipes = sorted(str(p.relative_to(REPO)) for p in (REPO / "config").glob("gpu-*.yaml"))
     assert sorted({recipe for recipe, _ in commands}) == recipes
     profile = ("--profile", str(profile_without_apptainer(tmp_path / "profile")))

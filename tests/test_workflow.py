@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shlex
@@ -476,6 +477,37 @@ def test_run_writes_a_log_and_benchmark_per_job(test_run):
     # samples, labels, reference, training, 2 selection evaluations, best round, table; RM
     # samples, PRM annotation, 3 reward models, best-of-N, HGS-PRM, reward tables
     assert len(logs) == 28
+
+
+@pytest.mark.workflow
+def test_readme_command_writes_the_runs_results_section_and_checks_it(test_run, tmp_path):
+    """`reasonrl readme` (make readme) on the run's report: the README's section names every
+    evaluated policy and declared comparison of the run, the rest of the README is kept, and
+    --check then passes; a README edited inside the section fails --check."""
+    report = test_run / "results/report"
+    readme = tmp_path / "README.md"
+    original = (REPO / "README.md").read_text()
+    readme.write_text(original)
+    command = [str(Path(sys.executable).parent / "reasonrl"), "readme", "--config"]
+    command += [str(test_run / "config/test.yaml"), "--report-dir", str(report)]
+    command += ["--readme", str(readme)]
+    subprocess.run(command, check=True, capture_output=True)
+    text = readme.read_text()
+    section = text[text.index("<!-- results: begin") : text.index("<!-- results: end")]
+    with open(report / "summary.csv", newline="") as fh:
+        policies = {row["policy"] for row in csv.DictReader(fh)}
+    assert policies and all(f"\n| {policy} | " in section for policy in policies)
+    for row in json.loads((report / "comparisons.json").read_text()):
+        assert f"| {row['name']} | {row['a']} | {row['b']} | {row['n']} |" in section
+    assert "Calibration of sft-tool" in section
+    assert text.replace(section, "") == original.replace(
+        original[original.index("<!-- results: begin") : original.index("<!-- results: end")], ""
+    )
+    subprocess.run([*command, "--check"], check=True, capture_output=True)
+    readme.write_text(text.replace("| sft-tool |", "| sft-tool (edited) |", 1))
+    stale = subprocess.run([*command, "--check"], capture_output=True, text=True)
+    assert stale.returncode != 0
+    assert "the results section is not the report's; run `make readme`" in stale.stderr
 
 
 @pytest.mark.workflow

@@ -95,6 +95,14 @@ def report(args: argparse.Namespace, config: dict) -> None:
     )
 
 
+def readme(args: argparse.Namespace, config: dict) -> None:
+    from reasonrl.stages.report import results_section, update_readme
+
+    section = results_section(args.report_dir, config["comparisons"]["alpha"])
+    changed = update_readme(args.readme, section, check=args.check)
+    log.info("%s: results section %s", args.readme, "rewritten" if changed else "up to date")
+
+
 def report_pages(args: argparse.Namespace, config: dict) -> None:
     from reasonrl.stages.report import report_pages as run
 
@@ -415,6 +423,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--calibration", help="calibrate's calibration.json (a table in the summary)")
     p.add_argument("--out-dir", required=True)
+    p = stage("readme", readme, "the README's results section, from results/report/")
+    p.add_argument("--report-dir", default="results/report", help="the run's report folder")
+    p.add_argument("--readme", default="README.md", help="the file holding the section's markers")
+    p.add_argument("--check", action="store_true", help="write nothing; fail if it differs")
     p = stage("report-pages", report_pages, "result tables as HTML, best-of-N and round curves")
     p.add_argument("--table", action="append", help="NAME=CSV of a result table (repeatable)")
     p.add_argument(

@@ -199,7 +199,7 @@ class Trained:
 class RuleSpec:
     """What one rule holds on its GPUs: trained models, frozen copies, a generator. Not
     counted: host memory (a job's mem_mb: e.g. each PPO process loads its policy, reference,
-    RM and critic trunk on the CPU before they reach its GPU, the README sizes it), and, for
+    RM and critic trunk on the CPU before they reach its GPU, docs/cluster.md sizes it), and, for
     PPO, the policy gathered whole outside a step (keep_if_best, restore_best and
     policy_state under ZeRO-3, while no activations are held) and the RM scoring forward's
     and the reference's logits (smaller than a training step's activations)."""
