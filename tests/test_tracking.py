@@ -1,6 +1,6 @@
-"""Experiment tracking: each training step's history entry reaches TensorBoard, W&B (offline),
-MLflow (file store) or Trackio, read back with each library's own reader; one run name per
-workflow invocation."""
+"""Experiment tracking: each training step's history entry reaches TensorBoard, W&B (offline)
+or MLflow (file store), read back with each library's own reader; one run name per workflow
+invocation."""
 
 from __future__ import annotations
 
@@ -233,15 +233,15 @@ def test_mlflow_file_store_holds_every_step(sft_inputs, tmp_path, monkeypatch):
         ], key
 
 
-def test_trackio_database_holds_every_step(sft_inputs, tmp_path, monkeypatch):
-    """trackio is optional (its release pins pillow<13, the lock has 13): skipped without it."""
-    pytest.importorskip("trackio", reason="trackio is not in the lock")
-    root = track(monkeypatch, tmp_path, "trackio")
-    history = run_sft(sft_inputs)
-    from trackio.sqlite_storage import SQLiteStorage
-
-    assert (root / "trackio/proj.db").exists()
-    assert SQLiteStorage.get_runs("proj") == ["run1/models/sft-tool"]
-    logs = SQLiteStorage.get_logs("proj", "run1/models/sft-tool")
-    for key in COMMON | {"token_accuracy"}:
-        assert [row[key] for row in logs] == [pytest.approx(h[key], rel=1e-6) for h in history]
+def test_trackio_is_no_backend():
+    """trackio (0.35 to 0.43) asks for pillow<13, vLLM 0.33.0 (the GPU image) for pillow>=13:
+    a config that asks for it is a schema error naming the key."""
+    with pytest.raises(ReasonRLError) as raised:
+        validate_config({"tracking": {"backend": "trackio"}}, "my.yaml")
+    assert str(raised.value) == (
+        "my.yaml: config key 'tracking.backend': 'trackio' is not one of "
+        "['tensorboard', 'wandb', 'mlflow', 'none']"
+    )
+    settings = TrackingSettings("trackio", "logs/tracking", "proj", "run1")
+    with pytest.raises(ReasonRLError, match="tracking.backend: unknown backend 'trackio'"):
+        open_tracker(settings, "models/sft-tool")

@@ -1,5 +1,5 @@
 """Experiment tracking: the training loop's per-step metrics, sent to TensorBoard, Weights &
-Biases, MLflow or Trackio through those libraries themselves (or nowhere).
+Biases or MLflow through those libraries themselves (or nowhere).
 
 One workflow invocation is one run: the Snakefile resolves the `tracking` config section and
 its run name once (`workflow_environment`) and puts it in the environment variable
@@ -33,7 +33,6 @@ PACKAGES = {
     "tensorboard": ("tensorboard", "tensorboard"),
     "wandb": ("wandb", "wandb"),
     "mlflow": ("mlflow", "mlflow-skinny"),
-    "trackio": ("trackio", "trackio"),
 }
 
 
@@ -192,30 +191,10 @@ class MLflowTracker:
         self.client.set_terminated(self.run_id)
 
 
-class TrackioTracker:
-    """A Trackio run named RUN_NAME/JOB in group RUN_NAME; offline: its local database under
-    DIR/trackio (else trackio's own place, which a TRACKIO_DIR or a Space may change)."""
-
-    def __init__(self, settings: TrackingSettings, job: str):
-        if settings.offline:  # trackio reads its folder when it is first imported
-            os.environ["TRACKIO_DIR"] = str(Path(settings.dir, "trackio").resolve())
-        self.trackio = _import("trackio")
-        self.trackio.init(
-            project=settings.project, name=f"{settings.run_name}/{job}", group=settings.run_name
-        )
-
-    def log(self, step: int, metrics: Mapping[str, object]) -> None:
-        self.trackio.log(scalars(metrics), step=step)
-
-    def close(self) -> None:
-        self.trackio.finish()
-
-
 BACKENDS = {
     "tensorboard": TensorBoardTracker,
     "wandb": WandbTracker,
     "mlflow": MLflowTracker,
-    "trackio": TrackioTracker,
 }
 
 
