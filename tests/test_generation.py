@@ -157,3 +157,33 @@ def test_on_a_gpu_cudnn_attention_is_switched_off(monkeypatch):
         assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(was)
+
+
+def test_sampling_params_come_from_a_config_section_with_its_own_token_cap_when_it_has_one():
+    from reasonrl.config import validate_config
+
+    config = validate_config({"ppo": {"temperature": 0.9, "top_p": 0.95}})
+    assert SamplingParams.from_section(config["ppo"], seed=7) == SamplingParams(
+        temperature=0.9, top_p=0.95, seed=7
+    )
+    rephrase = config["preference"]["prompts"]["rephrase_sampling"]
+    assert SamplingParams.from_section(rephrase, seed=1).max_new_tokens == 256
+    with pytest.raises(KeyError):
+        SamplingParams.from_section({"temperature": 1.0}, seed=0)  # a section without top_p
+
+
+def test_no_module_builds_sampled_params_by_hand():
+    """Sampled generation takes its temperature and top_p from its config section
+    (SamplingParams.from_section); only greedy decoding (the defaults) is built in place."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "workflow/reasonrl"
+    by_hand = re.compile(r"(?<![.\w])SamplingParams\((?!seed=[^,()]*(\([^()]*\))?[^,()]*\))[^)]")
+    found = [
+        f"{path.relative_to(package)}:{number}"
+        for path in package.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if by_hand.search(line)
+    ]
+    assert not found, found

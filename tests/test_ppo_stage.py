@@ -572,7 +572,7 @@ def test_a_zero3_process_with_fewer_samples_runs_as_many_reward_model_forwards(
     variant = ppo_run.find_variant(config["ppo"], "m")
     rows = read_jsonl(problems)
     run = ppo_run.PPORun(config, variant, models, str(reward_model), rows, tmp_path)
-    want = run.scored_rollouts(rows[:prompts], 12, 0.0, 5)
+    want = run.scored_rollouts(rows[:prompts], 12, SamplingParams(seed=5))
     counted = []
     run.scorer.model.register_forward_hook(lambda *_: counted.append(1))
 
@@ -589,7 +589,7 @@ def test_a_zero3_process_with_fewer_samples_runs_as_many_reward_model_forwards(
     counted_calls: list[int] = []
     monkeypatch.setattr(ppo_run, "gathered_over_processes", over_two)
     run.processes, run.scorer.sharded = 2, True
-    got = run.scored_rollouts(rows[:prompts], 12, 0.0, 5)
+    got = run.scored_rollouts(rows[:prompts], 12, SamplingParams(seed=5))
     assert counted_calls == forwards
     assert got[1] == pytest.approx(want[1], abs=1e-5) and got[2] == want[2] == 12 * prompts
 

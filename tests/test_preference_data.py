@@ -77,25 +77,35 @@ def test_backward_question_with_several_solutions_is_dropped():
     assert aug.arith_backward_is_unique(unique, 1, 5)
 
 
-def test_model_rephrasings_must_keep_every_number():
+def test_model_rephrasings_must_keep_every_number_and_sample_as_configured():
+    from reasonrl.config import validate_config
+    from reasonrl.generation import SamplingParams
+
+    used = []
+
     class Engine:
         tokenizer = None
 
         def generate(self, prompts, params):
             from reasonrl.generation import Completion
 
+            used.append(params)
             texts = ["Ann owns 3 pens and buys 4 more; how many?", "Ann owns 3 pens. How many?"]
             return [Completion(t, 5, "eos") for t in texts]
 
     import reasonrl.chat
 
+    section = validate_config({})["preference"]["prompts"]["rephrase_sampling"]
+    params = SamplingParams.from_section(section, seed=3)
     original = reasonrl.chat.render
     reasonrl.chat.render = lambda tok, messages, add_generation_prompt=False: "prompt"
     try:
-        out = aug.model_rephrasings(Engine(), ["Ann has 3 pens. She buys 4 more."] * 2, 0)
+        out = aug.model_rephrasings(Engine(), ["Ann has 3 pens. She buys 4 more."] * 2, params)
     finally:
         reasonrl.chat.render = original
     assert out == ["Ann owns 3 pens and buys 4 more; how many?", None]
+    # the defaults are the values the rephraser sampled at before they were settings
+    assert used == [SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=256, seed=3)]
 
 
 def test_exact_and_near_duplicates_are_removed():

@@ -16,6 +16,15 @@ class SamplingParams:
     stop: tuple[str, ...] = field(default_factory=tuple)  # cut the text before the first stop
     seed: int = 0
 
+    @classmethod
+    def from_section(cls, section: dict, seed: int) -> SamplingParams:
+        """A config section's sampling: its `temperature` and `top_p`, and its
+        `max_new_tokens` where it has one (else the default)."""
+        sampling = {"temperature": section["temperature"], "top_p": section["top_p"]}
+        if "max_new_tokens" in section:
+            sampling["max_new_tokens"] = section["max_new_tokens"]
+        return cls(**sampling, seed=seed)
+
 
 @dataclass(frozen=True)
 class Completion:

@@ -147,11 +147,7 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
 
     config = spec.config
     section = config["online_dpo"]
-    params = SamplingParams(
-        temperature=section["temperature"],
-        top_p=section["top_p"],
-        seed=config["seed"] * 1_000_003 + round_no,
-    )
+    params = SamplingParams.from_section(section, config["seed"] * 1_000_003 + round_no)
     rows = run_rollouts(
         engine,
         round_problems(spec, round_no),

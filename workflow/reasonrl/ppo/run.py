@@ -44,7 +44,7 @@ import os
 import random
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -277,7 +277,7 @@ class PPORun:
 
     # --- sampling ---------------------------------------------------------------------------
     def scored_rollouts(
-        self, problems: list[dict], samples: int, temperature: float, seed: int
+        self, problems: list[dict], samples: int, params: SamplingParams
     ) -> tuple[list[dict], list[float], int]:
         """(rollouts, their rewards, reward-model passes) of `samples` per problem, in the
         problems' order. Over several processes each samples and scores its contiguous share
@@ -286,13 +286,14 @@ class PPORun:
         generator of its own (`remote`) it samples them all and every process scores its
         share of the rollouts."""
         if self.remote:
-            rows = self._remote_rollouts(problems, samples, temperature, seed)
+            rows = self._remote_rollouts(problems, samples, params)
             return (rows, *self._scored(rows))
         most = math.ceil(len(problems) / self.processes) * samples
 
         def share(part: list[dict]) -> list[tuple]:
             index = PartialState().process_index if self.processes > 1 else 0
-            rows = self._rollouts(part, samples, temperature, seed + 7_919 * index) if part else []
+            shard = replace(params, seed=params.seed + 7_919 * index)
+            rows = self._rollouts(part, samples, shard) if part else []
             scored = self.scorer.in_step(rows, most)
             return [(rows, *scored)] if part else []
 
@@ -306,7 +307,7 @@ class PPORun:
         )
 
     def _remote_rollouts(
-        self, problems: list[dict], samples: int, temperature: float, seed: int
+        self, problems: list[dict], samples: int, params: SamplingParams
     ) -> list[dict]:
         """The server's rollouts of the problems with the policy's current weights (sent if
         they changed), on every process."""
@@ -314,7 +315,6 @@ class PPORun:
             self._send_weights()
         rows = None
         if self.server is not None:
-            params = SamplingParams(temperature=temperature, top_p=1.0, seed=seed)
             rows = self.server.rollouts(problems, self.section["style"], samples, params, "ppo")
         return self._broadcast(rows) if self.processes > 1 else rows
 
@@ -360,10 +360,9 @@ class PPORun:
             if main:
                 yield name, value.detach().to("cpu", copy=True)
 
-    def _rollouts(self, problems, samples: int, temperature: float, seed: int) -> list[dict]:
+    def _rollouts(self, problems, samples: int, params: SamplingParams) -> list[dict]:
         policy = self.model.policy
         engine = self._engine()
-        params = SamplingParams(temperature=temperature, top_p=1.0, seed=seed)
         try:
             return run_rollouts(
                 engine, problems, self.section["style"], samples, params, self.limits,
@@ -405,7 +404,7 @@ class PPORun:
     def evaluate(self, seed: int) -> dict[str, float]:
         if not self.heldout:
             return {"heldout_pass": 0.0, "heldout_reward": 0.0}
-        rows, scores, _ = self.scored_rollouts(self.heldout, 1, 0.0, seed)
+        rows, scores, _ = self.scored_rollouts(self.heldout, 1, SamplingParams(seed=seed))
         return {
             "heldout_pass": sum(r["correct"] for r in rows) / len(rows),
             "heldout_reward": sum(scores) / len(scores),
@@ -497,7 +496,8 @@ class PPORun:
         problems = self.iteration_prompts(iteration)
         n = 1 if self.variant.filter.name == "ppo-s" else s["responses_per_prompt"]
         seed = self.seed + 1 + iteration
-        rows, scores, rm_passes = self.scored_rollouts(problems, n, s["temperature"], seed)
+        sampling = SamplingParams.from_section(s, seed)
+        rows, scores, rm_passes = self.scored_rollouts(problems, n, sampling)
         groups = [scores[p * n : (p + 1) * n] for p in range(len(problems))]
         rng = random.Random(self.seed * 31 + iteration)
         chosen = select(self.variant.filter, groups, rng)

@@ -16,11 +16,15 @@ import random
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.tasks import arith
+
+if TYPE_CHECKING:
+    from reasonrl.generation import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +192,9 @@ REPHRASE_INSTRUCTION = (
 )
 
 
-def model_rephrasings(engine, questions: list[str], seed: int) -> list[str | None]:
+def model_rephrasings(engine, questions: list[str], params: SamplingParams) -> list[str | None]:
     """One sampled rephrasing per question from a generation engine (None if rejected)."""
     from reasonrl.chat import render
-    from reasonrl.generation import SamplingParams
 
     prompts = [
         render(
@@ -201,7 +204,6 @@ def model_rephrasings(engine, questions: list[str], seed: int) -> list[str | Non
         )
         for q in questions
     ]
-    params = SamplingParams(temperature=0.7, max_new_tokens=256, seed=seed)
     outputs = [c.text.strip() for c in engine.generate(prompts, params)]
     return [
         out if out and out != q and same_numbers(q, out) else None

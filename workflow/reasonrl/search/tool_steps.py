@@ -59,11 +59,7 @@ class ToolStepModel:
         return prompt_messages(self.problems[index], self.section["style"])
 
     def expand(self, ids: list[int], paths: list[list], round_no: int) -> list[tuple[dict, bool]]:
-        params = SamplingParams(
-            temperature=self.section["temperature"],
-            top_p=self.section["top_p"],
-            seed=self.seed + 1009 * (round_no + 1),
-        )
+        params = SamplingParams.from_section(self.section, self.seed + 1009 * (round_no + 1))
         out: list[tuple[dict, bool] | None] = [None] * len(ids)
         by_turns: dict[int, list[int]] = {}
         for j, path in enumerate(paths):
@@ -122,11 +118,8 @@ class ToolStepModel:
         """One full sample per problem at the search's temperature, made with at most its
         calls left (model turns, counted as the search counts them): the compute-matched
         baseline's sampler (reasonrl.search.hgs.sample_to_budget)."""
-        params = SamplingParams(
-            temperature=self.section["temperature"],
-            top_p=self.section["top_p"],
-            seed=self.seed + MATCHED_SEED_OFFSET + 1009 * round_no,
-        )
+        seed = self.seed + MATCHED_SEED_OFFSET + 1009 * round_no
+        params = SamplingParams.from_section(self.section, seed)
         out: list[dict | None] = [None] * len(ids)
         by_cap: dict[int, list[int]] = {}
         for j, left in enumerate(calls_left):

@@ -74,11 +74,7 @@ def policy_trajectories(
         greedy = run_rollouts(engine(), part, style, 1, greedy_params, limits, sandbox, policy)
         sampled = []
         if section["n_samples"]:
-            params = SamplingParams(
-                temperature=section["temperature"],
-                top_p=section["top_p"],
-                seed=shard_seed(seed + 1, index),
-            )
+            params = SamplingParams.from_section(section, shard_seed(seed + 1, index))
             sampled = run_rollouts(
                 engine(), part, style, section["n_samples"], params, limits, sandbox, policy
             )

@@ -193,7 +193,7 @@ def ppo_r2(
         problems,
         section["style"],
         n,
-        SamplingParams(temperature=section["temperature"], top_p=1.0, seed=seed + 5),
+        SamplingParams.from_section(section, seed + 5),
         RolloutSettings.from_config(config["rollout"]),
         Sandbox.from_config(config["sandbox"]),
         Path(model).name,

@@ -122,17 +122,19 @@ def _count_by(rows: list[dict], key) -> dict[str, int]:
 
 
 def _model_rephraser(config: dict):
-    from reasonrl.generation import make_engine
+    from reasonrl.generation import SamplingParams, make_engine
     from reasonrl.preference.augment import model_rephrasings
 
-    model = config["preference"]["prompts"]["rephrase_model"]
+    prompts = config["preference"]["prompts"]
+    model = prompts["rephrase_model"]
     if not model:
         raise ReasonRLError(
             "config key 'preference.prompts.rephrase' is 'model' but rephrase_model is not set"
         )
     generation = config["generation"]
     engine = make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
-    return lambda questions: model_rephrasings(engine, questions, config["seed"])
+    params = SamplingParams.from_section(prompts["rephrase_sampling"], config["seed"])
+    return lambda questions: model_rephrasings(engine, questions, params)
 
 
 # ---- sample_round ------------------------------------------------------------------------------
@@ -186,11 +188,8 @@ def sample_round(
         )
 
         def shard(part: list[dict], index: int, k=k, name=name, n=n, engine=engine) -> dict:
-            params = SamplingParams(
-                temperature=section["temperature"],
-                top_p=section["top_p"],
-                seed=shard_seed(config["seed"] * 1000 + round_no * 10 + k, index),
-            )
+            seed = shard_seed(config["seed"] * 1000 + round_no * 10 + k, index)
+            params = SamplingParams.from_section(section, seed)
             return {"rows": run_rollouts(engine(), part, style, n, params, limits, sandbox, name)}
 
         made = shards.map(f"sampler{k}", problems, generation["shard_size"], shard)

@@ -68,10 +68,6 @@ def _shards(
     return ShardStore(out_dir, fingerprint(stage, config, provenance.hashes), split)
 
 
-def _params(section: dict, seed: int) -> SamplingParams:
-    return SamplingParams(temperature=section["temperature"], top_p=section["top_p"], seed=seed)
-
-
 def sample_rm_data(
     config: dict, model: str, problems_path: str, out_dir: str, split: Split = ONE_JOB
 ) -> dict:
@@ -87,7 +83,7 @@ def sample_rm_data(
     sandbox = Sandbox.from_config(config["sandbox"])
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
-        params = _params(section, shard_seed(seed + 11, index))
+        params = SamplingParams.from_section(section, shard_seed(seed + 11, index))
         n = section["samples_per_prompt"]
         rows = run_rollouts(
             engine(), part, section["style"], n, params, limits, sandbox, Path(model).name
@@ -141,7 +137,7 @@ def annotate_prm(
             sandbox,
             limits,
             section["annotation"]["completions"],
-            _params(section, shard_seed(seed + 23, index)),
+            SamplingParams.from_section(section, shard_seed(seed + 23, index)),
             section["step_splitter"],
             section["split_pattern"],
         )
@@ -321,7 +317,7 @@ def best_of_n(
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
         greedy_params = SamplingParams(seed=shard_seed(seed, index))
-        params = _params(section, shard_seed(seed + 101, index))
+        params = SamplingParams.from_section(section, shard_seed(seed + 101, index))
         return {
             "greedy": run_rollouts(engine(), part, style, 1, greedy_params, limits, sandbox),
             "sampled": run_rollouts(engine(), part, style, n_max, params, limits, sandbox),
