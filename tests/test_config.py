@@ -39,6 +39,28 @@ def test_unknown_key_is_named(raw, key):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"preference": {"variants": [{"name": "mdpo", "eta": 0.1}]}}, "preference.variants.0.eta"),
+        ({"ppo": {"kl_beta": 0.05}}, "ppo.kl_beta"),
+    ],
+)
+def test_a_renamed_key_is_refused_with_its_new_name(raw, key):
+    with pytest.raises(ReasonRLError) as err:
+        validate_config(raw, "my.yaml")
+    assert str(err.value) == (
+        f"my.yaml: config key '{key}' is now 'beta' (one name for the KL coefficient in every"
+        " method)"
+    )
+
+
+def test_the_kl_coefficient_is_beta_in_every_method():
+    config = validate_config({"preference": {"variants": [{"name": "mdpo"}]}})
+    assert config["preference"]["variants"][0]["beta"] == 0.1
+    assert config["online_dpo"]["beta"] == 0.05 and config["ppo"]["beta"] == 0.05
+
+
 def test_defaults_are_filled_around_given_values():
     schema = load_schema("config")["properties"]
     config = validate_config({"sft": {"lr": 0.5}})

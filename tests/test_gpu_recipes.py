@@ -87,7 +87,7 @@ def test_mdpo_recipe_runs_three_rounds_with_the_papers_values(snakemake, name):
         assert section["prompts"]["selection_size"] == 1000
         assert section["train"]["warmup_steps"] == 40
         assert section["variants"] == [
-            {**section["variants"][0], "loss": "mdpo", "eta": 0.1, "rounds": 3}
+            {**section["variants"][0], "loss": "mdpo", "beta": 0.1, "rounds": 3}
         ]
 
 

@@ -126,7 +126,7 @@ def test_ppo_batch_puts_each_log_prob_on_its_action_and_the_ratio_uses_them(tiny
     assert batch["old_logps"][1, 0:2].tolist() == pytest.approx(own[1])
     assert batch["old_logps"][0, 0] == 0 and batch["old_logps"][0, 3] == 0
     critic = PolicyCritic(model, "shared", 1e-3, 1e-3)
-    settings = PPOSettings(kl_beta=0.05, clip_ratio=0.2)
+    settings = PPOSettings(beta=0.05, clip_ratio=0.2)
     with torch.no_grad():
         add_ppo_targets([batch], [critic_values(critic, batch)], settings)
     _, stats = online_ppo_loss(critic, batch, settings)

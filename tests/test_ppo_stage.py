@@ -250,7 +250,7 @@ def test_ppo_raises_mean_reward_over_sft(tiny_policy, reward_model, problems, tm
         batch_size=8,
         policy_lr=1e-2,
         critic_lr=1e-2,
-        kl_beta=0.01,
+        beta=0.01,
         heldout_prompts=8,
         variants=[{"name": "br", "filter": "br"}],
     )

@@ -164,8 +164,8 @@ def completion_mask_after_prompt(tokenizer, messages: list[dict], width: int) ->
     return flags + [0] * (width - len(flags))
 
 
-@pytest.mark.parametrize("eta", [0.1, 0.5])
-def test_mdpo_equals_trl_dpo_without_interpreter_turns(policy, reference, eta):
+@pytest.mark.parametrize("beta", [0.1, 0.5])
+def test_mdpo_equals_trl_dpo_without_interpreter_turns(policy, reference, beta):
     model, tokenizer = policy
     chosen = [[QUESTION, ANSWER], [QUESTION, {"role": "assistant", "content": "It is 42."}]]
     rejected = [[QUESTION, WRONG], [QUESTION, {"role": "assistant", "content": "Maybe 7?"}]]
@@ -178,7 +178,7 @@ def test_mdpo_equals_trl_dpo_without_interpreter_turns(policy, reference, eta):
     cached = [(ref[0], ref[1]), (ref[2], ref[3])]
     batches = PreferenceBatches(items, 2, tokenizer.pad_token_id, seed=0, reference=cached)
     batch = batches(0)
-    ours, _ = PreferenceObjective(LossSettings("mdpo", eta=eta))(model.eval(), batch)
+    ours, _ = PreferenceObjective(LossSettings("mdpo", beta=beta))(model.eval(), batch)
 
     n = batch["input_ids"].shape[0] // 2
     order = [batch["ref_logps"][:n], batch["ref_logps"][n:]]
@@ -196,7 +196,7 @@ def test_mdpo_equals_trl_dpo_without_interpreter_turns(policy, reference, eta):
     width = batch["input_ids"].shape[1]
     completion = torch.tensor([completion_mask_after_prompt(tokenizer, c, width) for c in rows])
     assert torch.equal(completion, batch["score_mask"]), "no interpreter turn: masks agree"
-    theirs = trl_dpo_loss(model, batch, completion, order[0], order[1], eta)
+    theirs = trl_dpo_loss(model, batch, completion, order[0], order[1], beta)
     assert ours.item() == pytest.approx(theirs.item(), rel=1e-5, abs=1e-6)
     assert ours.item() != pytest.approx(math.log(2), abs=1e-4), "log-ratios must not be zero"
 
@@ -235,11 +235,11 @@ def test_single_turn_dpo_differs_from_mdpo_with_interpreter_turns(policy, refere
 # ---- M-KTO against the formula written out here ---------------------------------------------
 
 
-def kto_by_hand(ratios, desirable, eta, lam_d=1.0, lam_u=1.0) -> float:
+def kto_by_hand(ratios, desirable, beta, lam_d=1.0, lam_u=1.0) -> float:
     z0 = max(0.0, sum(ratios) / len(ratios))
     sigmoid = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
     per_row = [
-        lam_d - lam_d * sigmoid(eta * (r - z0)) if d else lam_u - lam_u * sigmoid(eta * (z0 - r))
+        lam_d - lam_d * sigmoid(beta * (r - z0)) if d else lam_u - lam_u * sigmoid(beta * (z0 - r))
         for r, d in zip(ratios, desirable, strict=True)
     ]
     return sum(per_row) / len(per_row)
@@ -270,7 +270,7 @@ def test_mkto_objective_matches_the_formula_on_masked_log_ratios(policy, referen
     ref = summed_logps(reference, seqs, tokenizer.pad_token_id)
     batches = PreferenceBatches(seqs, 3, tokenizer.pad_token_id, 0, desirable, ref)
     batch = batches(0)
-    loss, stats = PreferenceObjective(LossSettings("mkto", eta=0.1))(model.eval(), batch)
+    loss, stats = PreferenceObjective(LossSettings("mkto", beta=0.1))(model.eval(), batch)
     ratios = []
     for ids in batch["input_ids"].tolist():
         index = next(i for i, s in enumerate(seqs) if ids[: len(s.input_ids)] == s.input_ids)
@@ -335,7 +335,7 @@ def test_dpo_logs_chosen_and_rejected_rewards_apart(policy, reference):
     ]  # fmt: skip
     ref = summed_logps(reference, list(items[0]), tokenizer.pad_token_id)
     batch = PreferenceBatches(items, 1, tokenizer.pad_token_id, 0, reference=[tuple(ref)])(0)
-    _, stats = PreferenceObjective(LossSettings("mdpo", eta=0.5))(model.eval(), batch)
+    _, stats = PreferenceObjective(LossSettings("mdpo", beta=0.5))(model.eval(), batch)
     logps = summed_logps(model, list(items[0]), tokenizer.pad_token_id)
     assert stats["reward_chosen"] == pytest.approx(0.5 * (logps[0] - ref[0]), abs=1e-4)
     assert stats["reward_rejected"] == pytest.approx(0.5 * (logps[1] - ref[1]), abs=1e-4)

@@ -25,15 +25,15 @@ def reasonrl(*args: str) -> subprocess.CompletedProcess:
 def test_variant_defaults_are_filled_and_names_checked():
     config = validate_config({"preference": {"variants": [{"name": "a", "loss": "mkto"}]}})
     variant = variant_settings(config, "a")
-    assert variant["eta"] == 0.1 and variant["reference"] == "previous" and variant["rounds"] == 3
+    assert variant["beta"] == 0.1 and variant["reference"] == "previous" and variant["rounds"] == 3
     with pytest.raises(ReasonRLError, match="'b' is not in preference.variants"):
         variant_settings(config, "b")
     with pytest.raises(ReasonRLError, match="repeats 'a'"):
         validate_config({"preference": {"variants": [{"name": "a"}, {"name": "a"}]}})
     with pytest.raises(ReasonRLError, match="reserved"):
         validate_config({"preference": {"variants": [{"name": "x-round2"}]}})
-    with pytest.raises(ReasonRLError, match="unknown config key 'preference.variants.0.beta'"):
-        validate_config({"preference": {"variants": [{"name": "a", "beta": 0.1}]}})
+    with pytest.raises(ReasonRLError, match="unknown config key 'preference.variants.0.betta'"):
+        validate_config({"preference": {"variants": [{"name": "a", "betta": 0.1}]}})
     with pytest.raises(ReasonRLError, match="'preference.task' names 'gsm8k'"):
         validate_config({"tasks": {"arith": {"kind": "arith"}}, "preference": {"task": "gsm8k"}})
     sources = {"prompts": {"sources": ["metamath"]}}

@@ -41,7 +41,7 @@ MDPO_SHARED = [
     ("preference.sampling.latest", 20, "N = 30: 20 from the newest model"),
     ("preference.sampling.previous", 10, "N = 30: 10 from the previous iteration's"),
     ("preference.variants.0.rounds", 3, "three disjoint prompt sets, 3 iterations"),
-    ("preference.variants.0.eta", 0.1, "Table 2: M-DPO + eta = 0.1"),
+    ("preference.variants.0.beta", 0.1, "Table 2: M-DPO + eta = 0.1"),
     ("preference.variants.0.reference", "previous", "reference = the last round's model"),
     ("preference.train.warmup_steps", 40, "M-DPO: 40 warm-up steps"),
     ("preference.train.epochs", 1, "M-DPO: at most 1 epoch"),
@@ -124,7 +124,7 @@ def effective(name: str) -> dict:
 
 
 def value_at(config: dict, key: str):
-    """The value at a dotted key; a number part indexes a list (variants.0.eta)."""
+    """The value at a dotted key; a number part indexes a list (variants.0.beta)."""
     node = config
     for part in key.split("."):
         node = node[int(part)] if isinstance(node, list) else node[part]

@@ -143,7 +143,7 @@ def test_dpo_margins_and_accuracies_reach_tensorboard(
     run = TrainingRun("preference-train", "results/models/mdpo-round1", {}, [], 0)
     model, _ = run.load_policy(str(tiny_policy), "float32")
     batches = PreferenceBatches(items, 2, tokenizer.pad_token_id, 0, reference=reference)
-    objective = PreferenceObjective(LossSettings("mdpo", eta=0.1))
+    objective = PreferenceObjective(LossSettings("mdpo", beta=0.1))
     settings = LoopSettings(max_steps=3, lr=1e-3, checkpoint_every=100)
     history = run.fit(model, batches, objective, settings)["history"]
     scalars = event_scalars(root / "run1/models/mdpo-round1")

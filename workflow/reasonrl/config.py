@@ -37,12 +37,27 @@ def _fill_defaults(schema: dict, instance: Any) -> Any:
     return filled
 
 
+# Keys renamed so that one concept has one name in every method: (section, old) -> new. A
+# config with the old name is refused with a pointer to the new one (list indices dropped).
+RENAMED_KEYS = {
+    ("preference.variants", "eta"): "beta",
+    ("ppo", "kl_beta"): "beta",
+}
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     where = ".".join(str(p) for p in error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = set(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - allowed)
         key = ".".join(filter(None, [where, unknown[0] if unknown else ""]))
+        section = ".".join(str(p) for p in error.absolute_path if not isinstance(p, int))
+        renamed = RENAMED_KEYS.get((section, unknown[0] if unknown else ""))
+        if renamed:
+            return (
+                f"config key '{key}' is now '{renamed}' (one name for the KL coefficient"
+                " in every method)"
+            )
         hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
         return f"unknown config key '{key}'{hint}"
     return f"config key '{where or '<root>'}': {error.message}"

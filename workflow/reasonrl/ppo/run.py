@@ -567,7 +567,7 @@ class PPORun:
             ref_logps.append(ref)
         old_logps, old_values = torch.cat(old_logps), torch.cat(old_values)
         ref_logps = torch.cat(ref_logps)
-        rewards = token_rewards(scores, old_logps, ref_logps, action, s["kl_beta"])
+        rewards = token_rewards(scores, old_logps, ref_logps, action, s["beta"])
         advantages, returns = gae(rewards, old_values * action, action, s["gamma"], s["lam"])
         return {
             "input_ids": ids,

@@ -355,7 +355,7 @@ def preference_train(
             seqs, batch_size, tokenizer.pad_token_id, seed, desirable, reference
         )
         loss_fn = PreferenceObjective(
-            LossSettings(variant["loss"], variant["eta"], variant["nll_weight"])
+            LossSettings(variant["loss"], variant["beta"], variant["nll_weight"])
         )
     steps = steps_for_epochs(section["epochs"], len(rows), batch_size, section["grad_accum"])
     settings = LoopSettings.from_config(

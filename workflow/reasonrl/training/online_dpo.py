@@ -95,7 +95,7 @@ def proximal_rloo_loss(
 
 def online_ppo_settings(beta: float, clip: float) -> PPOSettings:
     """PPO's settings from online_dpo's keys: beta the KL penalty, clip the ratio's epsilon."""
-    return PPOSettings(kl_beta=beta, clip_ratio=clip)
+    return PPOSettings(beta=beta, clip_ratio=clip)
 
 
 def critic_values(model: PolicyCritic, batch: dict) -> torch.Tensor:
@@ -115,7 +115,7 @@ def add_ppo_targets(batches: list[dict], values: list[torch.Tensor], settings: P
     for batch, old in zip(batches, values, strict=True):
         mask = batch["action_mask"].float()
         rewards = token_rewards(
-            batch["scores"], batch["old_logps"], batch["ref_token_logps"], mask, settings.kl_beta
+            batch["scores"], batch["old_logps"], batch["ref_token_logps"], mask, settings.beta
         )
         advantages, returns = gae(rewards, old, mask, settings.gamma, settings.lam)
         batch.update(old_values=old, returns=returns)
@@ -168,7 +168,7 @@ class OnlineObjective:
         self.beta = beta
         self.clip = clip
         self.k = k
-        self.dpo = PreferenceObjective(LossSettings(name="mdpo", eta=beta))
+        self.dpo = PreferenceObjective(LossSettings(name="mdpo", beta=beta))
         self.ppo = online_ppo_settings(beta, clip)
 
     def units(self, batch: dict) -> float:

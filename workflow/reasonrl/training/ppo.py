@@ -32,7 +32,7 @@ CRITIC_KINDS = ("separate", "shared")
 
 @dataclass(frozen=True)
 class PPOSettings:
-    kl_beta: float = 0.05
+    beta: float = 0.05  # the KL coefficient, named as in every method
     gamma: float = 1.0
     lam: float = 0.95
     clip_ratio: float = 0.2
@@ -62,11 +62,11 @@ def token_rewards(
     logps: torch.Tensor,
     ref_logps: torch.Tensor,
     action_mask: torch.Tensor,
-    kl_beta: float,
+    beta: float,
 ) -> torch.Tensor:
     """Eq. 4 as per-token rewards: -beta * (log pi - log pi_SFT) on each action, plus the
     sequence score on the row's last action."""
-    rewards = -kl_beta * (logps - ref_logps) * action_mask
+    rewards = -beta * (logps - ref_logps) * action_mask
     positions = torch.arange(action_mask.shape[1], device=action_mask.device)
     last = (positions * action_mask.long()).argmax(dim=1)
     if bool((action_mask.sum(dim=1) == 0).any()):

@@ -43,7 +43,7 @@ LOSSES = {
 @dataclass(frozen=True)
 class LossSettings:
     name: str = "mdpo"
-    eta: float = 0.1
+    beta: float = 0.1
     nll_weight: float = 0.0
     lambda_desirable: float = 1.0
     lambda_undesirable: float = 1.0
@@ -62,21 +62,21 @@ def dpo_loss(
     policy_rejected: torch.Tensor,
     ref_chosen: torch.Tensor,
     ref_rejected: torch.Tensor,
-    eta: float,
+    beta: float,
 ) -> torch.Tensor:
-    """Per-pair -log sigma(eta * [(log pi/pi_ref)(chosen) - (log pi/pi_ref)(rejected)]).
+    """Per-pair -log sigma(beta * [(log pi/pi_ref)(chosen) - (log pi/pi_ref)(rejected)]).
 
     With log-probs summed over the model's turns this is the M-DPO loss (12) of the paper.
     """
     margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
-    return -F.logsigmoid(eta * margin)
+    return -F.logsigmoid(beta * margin)
 
 
 def kto_loss(
     policy: torch.Tensor,
     reference: torch.Tensor,
     desirable: torch.Tensor,
-    eta: float,
+    beta: float,
     lambda_desirable: float = 1.0,
     lambda_undesirable: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,8 +91,8 @@ def kto_loss(
     z0 = ratio.mean().clamp(min=0).detach()
     value = torch.where(
         desirable,
-        lambda_desirable * torch.sigmoid(eta * (ratio - z0)),
-        lambda_undesirable * torch.sigmoid(eta * (z0 - ratio)),
+        lambda_desirable * torch.sigmoid(beta * (ratio - z0)),
+        lambda_undesirable * torch.sigmoid(beta * (z0 - ratio)),
     )
     lambdas = torch.where(
         desirable,
@@ -127,9 +127,9 @@ class PreferenceObjective:
         s = self.settings
         if s.family == "dpo":
             half = logps.shape[0] // 2
-            losses = dpo_loss(logps[:half], logps[half:], ref[:half], ref[half:], s.eta)
-            reward_chosen = s.eta * (logps[:half] - ref[:half]).detach()
-            reward_rejected = s.eta * (logps[half:] - ref[half:]).detach()
+            losses = dpo_loss(logps[:half], logps[half:], ref[:half], ref[half:], s.beta)
+            reward_chosen = s.beta * (logps[:half] - ref[:half]).detach()
+            reward_rejected = s.beta * (logps[half:] - ref[half:]).detach()
             # Chosen and rejected apart: a margin that grows while both fall is DPO's
             # likelihood displacement (the chosen gets less likely too).
             stats = {
@@ -142,7 +142,7 @@ class PreferenceObjective:
         else:
             desirable = batch["desirable"]
             losses, z0 = kto_loss(
-                logps, ref, desirable, s.eta, s.lambda_desirable, s.lambda_undesirable
+                logps, ref, desirable, s.beta, s.lambda_desirable, s.lambda_undesirable
             )
             stats = {"kl_z0": float(z0)}
             nll_rows = desirable
