@@ -37,11 +37,13 @@ def _fill_defaults(schema: dict, instance: Any) -> Any:
     return filled
 
 
-# Keys renamed so that one concept has one name in every method: (section, old) -> new. A
-# config with the old name is refused with a pointer to the new one (list indices dropped).
+# Keys renamed so that one concept has one name in every method: (section, old) -> (new,
+# why). A config with the old name is refused with a pointer to the new one (list indices
+# dropped).
+KL_NAME = "one name for the KL coefficient in every method"
 RENAMED_KEYS = {
-    ("preference.variants", "eta"): "beta",
-    ("ppo", "kl_beta"): "beta",
+    ("preference.variants", "eta"): ("beta", KL_NAME),
+    ("ppo", "kl_beta"): ("beta", KL_NAME),
 }
 
 
@@ -54,10 +56,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
         section = ".".join(str(p) for p in error.absolute_path if not isinstance(p, int))
         renamed = RENAMED_KEYS.get((section, unknown[0] if unknown else ""))
         if renamed:
-            return (
-                f"config key '{key}' is now '{renamed}' (one name for the KL coefficient"
-                " in every method)"
-            )
+            return f"config key '{key}' is now '{renamed[0]}' ({renamed[1]})"
         hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
         return f"unknown config key '{key}'{hint}"
     return f"config key '{where or '<root>'}': {error.message}"
