@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import reasonrl  # noqa: F401 (pins torch's and MKL's float code path before a test imports torch)
+
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 

@@ -74,6 +74,14 @@ ONLINE = {"steps": 32, "prompts_per_step": 16, "samples_per_prompt": 4, "lr": 1.
 # The non-inferiority margin of the claims that a method costs little: each method's cost on
 # the easy band, and async_vs_sync (async reward >= sync's, less the margin).
 NONINFERIORITY_MARGIN = 0.03
+# Where the methods' start lands depends on the CPU's float kernels (reasonrl.manifest): the
+# record's 0.730 came from machines before 2026-12-04; CI's machine and this one (AMD EPYC,
+# AVX2) train the same seed-0 start to 0.772, from which three of the file's gains are nulls
+# (docs/experiment-design.md, "The start moves with the CPU").
+START_ON_AVX2 = (
+    "on torch's and MKL's AVX2 kernels (AMD EPYC, CI of 2026-12-04) the seed-0 start is 0.772 "
+    "on the frontier, not the record's 0.730; "
+)
 
 
 def learning_config(seed: int) -> dict:
@@ -538,6 +546,12 @@ def assert_gain(row: dict) -> None:
     assert row["ci_low"] > 0 and row["p_holm"] < 0.05, verdict(row)
 
 
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason=START_ON_AVX2 + "its round's 8 samples are mixed on 0.187 of the prompts (pass@8 "
+    "0.837), under the pre-registered 0.2 headroom gate; mdpo_vs_sft itself [+0.010, +0.048]",
+)
 def test_one_mdpo_round_beats_its_sft_start_on_the_frontier(mdpo_run, comparisons):
     # Measured (2026-11-26): 375 prompts, pass@8 0.765, mixed share 0.24, 90 pairs; frontier
     # 0.730 -> 0.808, +0.078 [+0.048, +0.108], p_holm 1e-6 (power 1.00); easy 1.000 -> 0.995.
@@ -563,6 +577,12 @@ def test_one_mkto_round_beats_its_sft_start_on_the_frontier(mkto_run, comparison
     assert cost["p_holm"] < 0.05, verdict(cost)
 
 
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason=START_ON_AVX2 + "from it online DPO 0.795 vs 0.772, +0.022 [+0.005, +0.043], "
+    "p_holm 0.21: a gain that does not survive Holm over the file's 12 comparisons",
+)
 def test_online_dpo_beats_its_sft_start_on_the_frontier(online_run, comparisons):
     # Measured (2026-11-26): 78 pairs, last KL 0.05; frontier 0.730 -> 0.783, +0.053 [+0.030,
     # +0.078], p_holm 5e-5 (power 0.99); easy 1.000 -> 1.000. The 600-step pilot over three
@@ -591,6 +611,12 @@ def test_async_online_dpo_matches_sync_on_the_frontier(online_run, online_sync_r
     )
 
 
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason=START_ON_AVX2 + "from it PPO 0.787 vs 0.772, +0.015 [+0.003, +0.030], p_holm 0.29: "
+    "a gain that does not survive Holm over the file's 12 comparisons",
+)
 def test_ppo_with_the_verifier_reward_beats_its_sft_start_on_the_frontier(ppo_run, comparisons):
     # Measured (2026-11-27): best iteration 2 (selection 0.70 -> 0.74), clip fraction at most
     # 0.006, KL to the start at most 0.53; frontier 0.730 -> 0.7675, +0.0375 [+0.0125,

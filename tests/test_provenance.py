@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
+import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +82,32 @@ def test_manifest_carries_container_packages_and_scheduler(clean_env, tmp_path):
     assert manifest["container"]["digest"] == DIGEST and manifest["container_image"] == DIGEST
     assert manifest["scheduler"] == {"SLURM_JOB_ID": "7"}
     assert manifest["packages"]["torch"] == metadata.version("torch")
+    code_path = manifest["float_code_path"]
+    assert code_path["cpu"] and code_path["torch_cpu_capability"], code_path
+
+
+CPU_FLAGS = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+AVX2_HOST = platform.machine() in ("x86_64", "AMD64") and "avx2" in CPU_FLAGS
+KERNELS = (
+    "import os, reasonrl, torch;"
+    "print(torch.backends.cpu.get_cpu_capability(), os.environ.get('MKL_CBWR'))"
+)
+
+
+def kernels_of_a_fresh_process(**env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    command = [sys.executable, "-c", KERNELS]
+    return subprocess.run(
+        command, env={**clean, **env}, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@pytest.mark.skipif(not AVX2_HOST, reason="the pin is to x86-64's AVX2 code paths")
+def test_importing_the_package_pins_torch_and_mkl_to_their_avx2_code_paths():
+    # an AVX-512 machine would otherwise run torch's AVX-512 kernels and MKL's own branch
+    assert kernels_of_a_fresh_process() == "AVX2 AVX2"
+
+
+@pytest.mark.skipif(not AVX2_HOST, reason="the pin is to x86-64's AVX2 code paths")
+def test_a_users_own_float_code_path_is_kept():
+    assert kernels_of_a_fresh_process(ATEN_CPU_CAPABILITY="default") == "DEFAULT AVX2"

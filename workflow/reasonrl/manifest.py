@@ -1,4 +1,13 @@
-"""Provenance: every output folder carries manifest.json describing how it was made."""
+"""Provenance: every output folder carries manifest.json describing how it was made, the
+float code path included.
+
+Torch picks its vectorised kernels (ATen) and MKL its GEMM branch by the CPU it finds: the
+same 40 training steps of config.yaml's tiny policy end in different weights under ATen's
+AVX2 and generic kernels, and under MKL's default and SSE2 branches (measured 2026-12-05 on
+an AMD EPYC without AVX-512; docs/experiment-design.md, "The start moves with the CPU").
+The package asks for the AVX2 paths when it is imported (reasonrl/__init__.py); each
+manifest records the CPU and the kernels a stage actually ran on.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +26,29 @@ from reasonrl.io import write_json
 
 PACKAGES = ("torch", "transformers", "accelerate", "tokenizers", "datasets", "snakemake")
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def float_code_path() -> dict[str, str | None]:
+    """This process's float kernels: the CPU, torch's kernel set, MKL's branch, torch's threads."""
+    import torch
+
+    return {
+        "cpu": _cpu_model(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),
+        "torch_threads": str(torch.get_num_threads()),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def fingerprint_path(path: str | os.PathLike) -> str:
@@ -132,6 +164,7 @@ class Provenance:
             "container": container_provenance(),
             "packages": installed_packages(),
             "scheduler": scheduler_provenance(),
+            "float_code_path": float_code_path(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "wall_seconds": round(time.time() - self.started, 3),
             "peak_memory_mb": round(peak_memory_mb(), 1),
