@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import reasonrl
 from reasonrl.manifest import (
     Provenance,
     container_provenance,
@@ -74,6 +75,8 @@ def test_every_installed_package_and_its_version():
 
 
 def test_manifest_carries_container_packages_and_scheduler(clean_env, tmp_path):
+    import torch  # noqa: F401 (a stage that trains or generates has loaded it)
+
     clean_env.setenv("REASONRL_IMAGE_DIGEST", DIGEST)
     clean_env.setenv("REASONRL_IMAGE_REF", "img")
     clean_env.setenv("SLURM_JOB_ID", "7")
@@ -95,7 +98,7 @@ KERNELS = (
 
 
 def kernels_of_a_fresh_process(**env: str) -> str:
-    clean = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    clean = {k: v for k, v in os.environ.items() if k not in reasonrl.PORTABLE_FLOAT_CODE_PATH}
     command = [sys.executable, "-c", KERNELS]
     return subprocess.run(
         command, env={**clean, **env}, capture_output=True, text=True, check=True

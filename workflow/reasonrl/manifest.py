@@ -29,14 +29,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def float_code_path() -> dict[str, str | None]:
-    """This process's float kernels: the CPU, torch's kernel set, MKL's branch, torch's threads."""
-    import torch
-
+    """This process's float kernels: the CPU, MKL's branch, and torch's kernel set and threads
+    where the stage loaded torch (a stage that never did ran none of its kernels, and is not
+    made to load it here)."""
+    torch = sys.modules.get("torch")
     return {
         "cpu": _cpu_model(),
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability() if torch else None,
         "mkl_cbwr": os.environ.get("MKL_CBWR"),
-        "torch_threads": str(torch.get_num_threads()),
+        "torch_threads": str(torch.get_num_threads()) if torch else None,
     }
 
 
