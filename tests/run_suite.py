@@ -1,20 +1,21 @@
 """`make test` after set-up: lint, the test dependencies and the suite, with the learning tests
 beside the rest.
 
-The learning tests (LEARNING, one module) keep both cores busy for about 25 minutes in
-single-threaded worker processes; the rest of the suite leaves cores idle for minutes (SLURM's
-status checks, Docker builds, the registry, package downloads, sandbox timeouts). One after
-the other they took 63 minutes of a clean-clone CI run. Here the learning tests start first,
-at a lower CPU priority (LEARNING_NICENESS), and run while `make lint test-deps vllm` and then
-the rest of the suite (a second pytest) run at normal priority: those keep the cores they ask
-for, and the learning tests take the time they leave. Linux shares the CPU between sessions'
-autogroups first, and a niceness counts only within its autogroup: so the learning tests get
-a session of their own, whose autogroup gets the same niceness. Without it they took an equal
-share beside each job the rest starts in a session of its own (start_new_session), and the
-rest ran far slower. The learning runs' results do not depend on how fast they run (their
+The learning tests (LEARNING, one module) keep both cores busy for about 20 minutes in
+single-threaded worker processes (VERIFICATION's, the verification nulls, are not in `make
+test`: `make test-verification` runs them); the rest of the suite leaves cores idle for minutes
+(SLURM's status checks, Docker builds, the registry, package downloads, sandbox timeouts). One
+after the other they took 63 minutes of a clean-clone CI run. Here the learning tests start
+first, at a lower CPU priority (LEARNING_NICENESS), and run while `make lint test-deps vllm`
+and then the rest of the suite (a second pytest) run at normal priority: those keep the cores
+they ask for, and the learning tests take the time they leave. Linux shares the CPU between
+sessions' autogroups first, and a niceness counts only within its autogroup: so the learning
+tests get a session of their own, whose autogroup gets the same niceness. Without it they took
+an equal share beside each job the rest starts in a session of its own (start_new_session), and
+the rest ran far slower. The learning runs' results do not depend on how fast they run (their
 workers are single-threaded, their sandbox programs take milliseconds against a 10 s wall
-clock). The learning tests' output is printed after the rest's; the exit status is
-the first failure's. A failed lint stops the learning tests; a failure of the rest does not.
+clock). The learning tests' output is printed after the rest's; the exit status is the first
+failure's. A failed lint stops the learning tests; a failure of the rest does not.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from isolation import default_signals
 
 REPO = Path(__file__).resolve().parents[1]
 LEARNING = "tests/test_preference_learning.py"
+# Outside `make test`: the verification nulls' learning runs (`make test-verification`)
+VERIFICATION = "tests/test_verification_learning.py"
 # The niceness of the learning tests (and of everything they start): at 10 a busy process of
 # normal priority gets about 90 % of a core they share.
 LEARNING_NICENESS = 10
@@ -98,7 +101,7 @@ def main() -> int:
     # the learning run's cache off: two runs writing .pytest_cache at once would lose one's
     learning = [*PYTEST, "-p", "no:cacheprovider", "--durations=15", LEARNING]
     before = ["make", "lint", "test-deps", "vllm"]
-    rest = [*PYTEST, "--durations=30", f"--ignore={LEARNING}"]
+    rest = [*PYTEST, "--durations=30", f"--ignore={LEARNING}", f"--ignore={VERIFICATION}"]
     return run_beside(learning, before, rest, LEARNING_NICENESS)
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from run_suite import LEARNING, REPO, run_beside
+from run_suite import LEARNING, REPO, VERIFICATION, main, run_beside
 
 PYTHON = sys.executable
 AUTOGROUP = Path("/proc/self/autogroup")
@@ -100,3 +100,15 @@ def test_make_test_runs_the_suite_through_it_and_the_learning_module_exists():
     makefile = (REPO / "Makefile").read_text()
     assert "test: setup\n\t$(BIN)/python tests/run_suite.py\n" in makefile
     assert (REPO / LEARNING).is_file()
+
+
+def test_the_verification_nulls_run_in_their_own_target_not_in_the_rest(monkeypatch):
+    makefile = (REPO / "Makefile").read_text()
+    assert f"test-verification: setup\n\t$(BIN)/python -m pytest -ra {VERIFICATION}\n" in makefile
+    commands = []
+    monkeypatch.setattr("run_suite.signal.signal", lambda *_: None)  # main's SIGTERM handler
+    monkeypatch.setattr("run_suite.run_beside", lambda *args: commands.append(args) or 0)
+    assert main() == 0
+    [(learning, _, rest, _)] = commands
+    assert learning[-1] == LEARNING and VERIFICATION not in learning
+    assert f"--ignore={VERIFICATION}" in rest and f"--ignore={LEARNING}" in rest
