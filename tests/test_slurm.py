@@ -4,7 +4,9 @@ The cluster is Debian's slurm-wlm 22.05 with munge, brought up under a temporary
 tests/slurm_cluster.py (`make test-deps` installs the packages, as root). Apptainer cannot be
 installed on this machine kind, so the cluster run uses the profile without its
 software-deployment-method (the rules run in the venv); the images are tested by
-tests/test_containers.py.
+tests/test_containers.py. The run is submitted by an ordinary account (tests/ordinary_user.py)
+from its own copy, as on a cluster every job runs as its user: it is also the unprivileged
+lane's DAG (tests/test_unprivileged.py).
 """
 
 from __future__ import annotations
@@ -214,21 +216,30 @@ def start_cluster(root: Path) -> SlurmCluster:
 
 
 @pytest.fixture(scope="module")
-def slurm_run(cluster, tmp_path_factory) -> Path:
-    """config/test.yaml through the SLURM executor, with profiles/slurm (minus Apptainer) and
-    every generation stage split into part jobs."""
-    workdir = tmp_path_factory.mktemp("slurm-run")
+def slurm_run(cluster, ordinary_account, tmp_path_factory) -> Path:
+    """config/test.yaml through the SLURM executor, submitted by an ordinary account from its
+    own set-up copy (tests/ordinary_user.py), as every researcher's jobs run: with
+    profiles/slurm (minus Apptainer) and every generation stage split into part jobs. Its
+    results are the unprivileged lane's DAG (issue 45): they must equal root's local run."""
+    user = ordinary_account
+    workdir = user.home / "slurm-run"
+    shutil.rmtree(workdir, ignore_errors=True)
     shutil.copytree(REPO / "config", workdir / "config")
     (workdir / "split.yaml").write_text(yaml.safe_dump({"split": SPLIT}))
     profile = profile_without_apptainer(workdir / "profile")
-    env = {**cluster.env, "PATH": f"{VENV_BIN}{os.pathsep}{cluster.env['PATH']}"}
-    command = [str(VENV_BIN / "snakemake"), "--snakefile", str(REPO / "Snakefile")]
+    subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workdir)], check=True)
+    user_bin = user.repo / ".venv" / "bin"
+    env = {**user.environment(), "SLURM_CONF": cluster.env["SLURM_CONF"]}
+    env["PATH"] = os.pathsep.join([str(user_bin), cluster.env["PATH"]])
+    command = [str(user_bin / "snakemake"), "--snakefile", str(user.repo / "Snakefile")]
     command += ["--profile", str(profile), "--configfile", "config/test.yaml", "split.yaml"]
     command += SAME_THREADS
-    result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        user.command(command), cwd=workdir, env=env, capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.fail(
-            f"snakemake on SLURM failed:\n{result.stderr[-6000:]}\n"
+            f"snakemake on SLURM as {user.name} failed:\n{result.stderr[-6000:]}\n"
             f"{cluster.log('slurmctld')[-2000:]}"
         )
     return workdir
@@ -238,6 +249,22 @@ def slurm_run(cluster, tmp_path_factory) -> Path:
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_slurm_run_gives_the_local_runs_results(slurm_run, test_run):
     assert differing_results(test_run, slurm_run) == []
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_every_job_ran_as_the_submitting_ordinary_user(slurm_run, cluster, ordinary_account):
+    """The jobs ran under the submitter's uid, not root's: SLURM says so of each, and every
+    result file is the user's."""
+    jobs = {
+        json.loads(path.read_text())["scheduler"]["SLURM_JOB_ID"]
+        for path in (slurm_run / "results").rglob("manifest.json")
+    }
+    for job in sorted(jobs):
+        shown = cluster.run("scontrol", "show", "job", job).stdout
+        assert f"UserId={ordinary_account.name}({ordinary_account.uid})" in shown, shown
+    owners = {path.stat().st_uid for path in (slurm_run / "results").rglob("*")}
+    assert owners == {ordinary_account.uid}
 
 
 @pytest.mark.workflow
