@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from isolation import default_signals
@@ -95,6 +96,28 @@ def run_beside(
     return _exit_status(status or process.returncode)
 
 
+def machine_cpu_seconds(stat: str | None = None) -> tuple[float, float]:
+    """(busy, idle) CPU-seconds of the whole machine since boot, from /proc/stat's first line.
+    Every process counts, also those that are no child of ours and that `time` misses: SLURM's
+    jobs (slurmd's children), Docker's containers, the registry."""
+    text = Path("/proc/stat").read_text() if stat is None else stat
+    # user nice system idle iowait irq softirq steal (guest time is counted in user's)
+    fields = [int(value) for value in text.splitlines()[0].split()[1:9]]
+    idle = fields[3] + fields[4]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / tick, idle / tick
+
+
+def machine_use(before: tuple[float, float], after: tuple[float, float], wall: float) -> str:
+    """One line: how busy the machine was between two machine_cpu_seconds() readings."""
+    busy, idle = (a - b for a, b in zip(after, before, strict=True))
+    cores = os.cpu_count() or 1
+    return (
+        f"the machine during the suite: {busy:.0f} CPU-s busy, {idle:.0f} idle, in {wall:.0f} s "
+        f"({busy / max(wall, 1e-9):.2f} of {cores} cores busy)"
+    )
+
+
 def main() -> int:
     # SIGTERM (a CI job's time limit) ends us through run_beside's finally, as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -102,7 +125,10 @@ def main() -> int:
     learning = [*PYTEST, "-p", "no:cacheprovider", "--durations=15", LEARNING]
     before = ["make", "lint", "test-deps", "vllm"]
     rest = [*PYTEST, "--durations=30", f"--ignore={LEARNING}", f"--ignore={VERIFICATION}"]
-    return run_beside(learning, before, rest, LEARNING_NICENESS)
+    started, cpu = time.monotonic(), machine_cpu_seconds()
+    status = run_beside(learning, before, rest, LEARNING_NICENESS)
+    print(machine_use(cpu, machine_cpu_seconds(), time.monotonic() - started), flush=True)
+    return status
 
 
 if __name__ == "__main__":

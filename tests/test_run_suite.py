@@ -9,7 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from run_suite import LEARNING, REPO, VERIFICATION, main, run_beside
+from run_suite import (
+    LEARNING,
+    REPO,
+    VERIFICATION,
+    machine_cpu_seconds,
+    machine_use,
+    main,
+    run_beside,
+)
 
 PYTHON = sys.executable
 AUTOGROUP = Path("/proc/self/autogroup")
@@ -112,3 +120,26 @@ def test_the_verification_nulls_run_in_their_own_target_not_in_the_rest(monkeypa
     [(learning, _, rest, _)] = commands
     assert learning[-1] == LEARNING and VERIFICATION not in learning
     assert f"--ignore={VERIFICATION}" in rest and f"--ignore={LEARNING}" in rest
+
+
+def test_the_machines_cpu_counts_every_busy_field_and_leaves_idle_and_iowait_out():
+    tick = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat = f"cpu  {tick * 10} {tick * 5} {tick * 2} {tick * 30} {tick} 0 {tick} 0 {tick * 9} 0\n"
+    assert machine_cpu_seconds(stat + "cpu0 1 2 3 4\n") == (18.0, 31.0)
+
+
+def test_the_suite_ends_saying_how_busy_the_whole_machine_was(monkeypatch, capfd):
+    readings = iter([(100.0, 50.0), (280.0, 70.0)])
+    monkeypatch.setattr("run_suite.machine_cpu_seconds", lambda: next(readings))
+    monkeypatch.setattr("run_suite.signal.signal", lambda *_: None)  # main's SIGTERM handler
+    monkeypatch.setattr("run_suite.run_beside", lambda *args: 0)
+    monkeypatch.setattr("run_suite.time.monotonic", iter([0.0, 100.0]).__next__)
+    assert main() == 0
+    cores = os.cpu_count()
+    line = capfd.readouterr().out.strip().splitlines()[-1]
+    assert line == (
+        "the machine during the suite: 180 CPU-s busy, 20 idle, in 100 s "
+        f"(1.80 of {cores} cores busy)"
+    )
+    assert machine_use((0.0, 0.0), (1.0, 1.0), 2.0).endswith(f"(0.50 of {cores} cores busy)")
