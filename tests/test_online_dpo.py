@@ -21,6 +21,8 @@ from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, write_jsonl
 from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
+from reasonrl.online_dpo.settings import OnlineDPOSettings
+from reasonrl.rollout import RolloutSettings
 from reasonrl.stages.online_dpo import online_dpo as run_online
 from reasonrl.stages.online_dpo import online_dpo_table as write_online_table
 from reasonrl.stages.online_dpo import online_variant, timing_summary
@@ -176,6 +178,13 @@ def test_sampled_trajectory_scores_the_sampled_ids_not_their_re_encoded_text(tin
 SAMPLED = {"loss": "dpo", "prompts_per_step": 16, "samples_per_prompt": 4}
 
 
+def _online(section: dict, seed: int = 0) -> OnlineDPOSettings:
+    """The settings of an online_dpo `section`, a default variant's keys where it has none
+    (these tests give the generator and the learner a schedule of their own)."""
+    variant = {"mode": "async", "loss": "dpo", "off_policy": 1}
+    return OnlineDPOSettings.from_section({**variant, **section}, seed)
+
+
 def _sample_round(
     setup: tuple[dict, Path], policy, tokenizer, seed: int, loss: str = "dpo"
 ) -> dict:
@@ -188,19 +197,9 @@ def _sample_round(
     from reasonrl.sandbox import Sandbox
 
     config, folder = setup
-    spec = GeneratorSpec(
-        config={
-            "online_dpo": {**config["online_dpo"], **SAMPLED, "loss": loss},
-            "seed": seed,
-            **{k: config[k] for k in ("rollout", "policy")},
-        },
-        model_path="",
-        problems=read_jsonl(folder / "train.jsonl"),
-        style="tool",
-        schedule=Schedule(1, 1, False),
-        first_round=0,
-        threads=1,
-    )
+    config = {**config, "online_dpo": {**config["online_dpo"], **SAMPLED, "loss": loss}}
+    problems = read_jsonl(folder / "train.jsonl")
+    spec = _spec({**config, "seed": seed}, Path(""), problems, Schedule(1, 1, False))
     scorer = SequenceScorer("oracle", None, "float32", "online_dpo.reward")
     engine = HFEngine(policy, tokenizer, batch_size=64)
     rows = sample_round(engine, Sandbox.from_config(config["sandbox"]), scorer, spec, 0)
@@ -212,9 +211,9 @@ def _logged_kl(setup: tuple[dict, Path], payload: dict, reference, tokenizer) ->
     from reasonrl.online_dpo.learner import Learner
     from reasonrl.training.reference import Reference
 
-    section = {**setup[0]["online_dpo"], **SAMPLED}
+    settings = _online({**setup[0]["online_dpo"], **SAMPLED})
     frozen = Reference.frozen(reference)
-    learner = Learner(None, None, Schedule(1, 1, False), section, tokenizer, frozen)
+    learner = Learner(None, None, Schedule(1, 1, False), settings, tokenizer, frozen)
     learner.micro_batches(payload, 0, 0.0, evaluate=None)  # DPO: no critic to evaluate
     return learner.step_metrics["kl"]
 
@@ -243,8 +242,9 @@ def test_ppo_critic_values_are_shared_out_over_the_processes(online_setup, monke
         return torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1)
 
     section = {**online_setup[0]["online_dpo"], **SAMPLED, "loss": "ppo", "micro_batch_prompts": 4}
+    settings = _online(section)
     frozen = Reference.frozen(reference)
-    learner = learner_module.Learner(None, None, Schedule(1, 1, False), section, tokenizer, frozen)
+    learner = learner_module.Learner(None, None, Schedule(1, 1, False), settings, tokenizer, frozen)
     batches = learner.micro_batches(payload, 0, 0.0, evaluate=evaluate)
     rows = section["prompts_per_step"] * section["samples_per_prompt"]
     assert shared == [rows, len(batches)]  # the reference's rows, then the critic's batches
@@ -337,9 +337,10 @@ def _learn(setup, payload: dict, folder: Path, loss: str, micro: int | None):
     schedule = Schedule(4, 2, True)
     store = RoundStore(folder / "rounds", "micro")
     store.reset_unless_resuming(False)
-    learner = Learner(_StoredRounds(payload), store, schedule, section, tokenizer, reference)
+    online = _online(section)
+    learner = Learner(_StoredRounds(payload), store, schedule, online, tokenizer, reference)
     objective = OnlineObjective(loss, section["beta"], section["clip"], k=4)
-    settings = loop_settings(section, seed=0)
+    settings = loop_settings(online)
     checkpoints = CheckpointStore(folder / "ckpt", "micro")
     loop = TrainingLoop(
         model, objective, settings, checkpoints, learner.on_step, None, objective.units
@@ -382,8 +383,8 @@ def test_micro_batches_train_and_log_as_the_whole_step_does(
 def test_micro_batch_prompts_split_a_step_or_stop_with_the_key():
     from reasonrl.online_dpo.learner import micro_batches_per_step
 
-    def section(**keys) -> dict:
-        return validate_config({"online_dpo": keys})["online_dpo"]
+    def section(**keys) -> OnlineDPOSettings:
+        return _online(validate_config({"online_dpo": keys})["online_dpo"])
 
     assert micro_batches_per_step(section()) == 1  # null: the whole step in one
     assert micro_batches_per_step(section(prompts_per_step=8, micro_batch_prompts=3)) == 3
@@ -402,12 +403,36 @@ def test_a_steps_micro_batches_share_out_over_the_processes(monkeypatch):
     from reasonrl.online_dpo.learner import loop_settings
 
     section = {**validate_config({})["online_dpo"], "prompts_per_step": 8}
-    section["micro_batch_prompts"] = 2
+    settings = _online({**section, "micro_batch_prompts": 2})
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert loop_settings(section, 0).grad_accum == 2
+    assert loop_settings(settings).grad_accum == 2
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(ReasonRLError, match=r"a step's 4 micro-batches .* over 3 processes"):
-        loop_settings(section, 0)
+        loop_settings(settings)
+
+
+def test_settings_are_the_section_with_its_variants_keys_typed_once():
+    """The stage types online_dpo (with the variant's keys) once: the loop trains the section's
+    steps without weight decay, the rounds follow the variant, the sampling is the section's."""
+    from reasonrl.online_dpo.learner import loop_settings
+    from reasonrl.training.loop import LoopSettings
+
+    keys = {"steps": 6, "prompts_per_step": 4, "temperature": 0.7, "lr": 3e-6, "beta": 0.1}
+    variant = {"name": "a", "mode": "sync", "loss": "rloo", "off_policy": 3}
+    config = validate_config({"seed": 7, "online_dpo": {**keys, "variants": [variant]}})
+    section = {**config["online_dpo"], **online_variant(config, "a")}
+    settings = OnlineDPOSettings.from_section(section, config["seed"])
+    expected = {**section, "max_steps": 6, "grad_accum": 1, "weight_decay": 0.0}
+    assert loop_settings(settings) == LoopSettings.from_config(expected, 7)
+    assert settings.schedule == Schedule(6, 3, asynchronous=False)
+    assert (settings.loss, settings.reward, settings.beta, settings.seed) == (
+        "rloo",
+        "oracle",
+        0.1,
+        7,
+    )
+    assert settings.micro_batch_prompts == 4  # null: the whole step
+    assert (settings.sampling.temperature, settings.sampling.top_p) == (0.7, 1.0)
 
 
 def test_a_generator_with_a_gpu_of_its_own_takes_the_first_after_the_learners(monkeypatch):
@@ -416,7 +441,7 @@ def test_a_generator_with_a_gpu_of_its_own_takes_the_first_after_the_learners(mo
     assert generator_devices("4,5,6", 2) == "6" and generator_devices(None, 1) == "1"
     with pytest.raises(ReasonRLError, match="CUDA_VISIBLE_DEVICES=4,5 has no device after"):
         generator_devices("4,5", 2)
-    spec = GeneratorSpec({}, "", [], "tool", Schedule(1, 1, False), 0, 1, visible_devices="6")
+    spec = _spec(validate_config({}), Path(""), [], Schedule(1, 1, False), visible_devices="6")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_PORT", "29500")):
         monkeypatch.setenv(name, value)
@@ -642,7 +667,11 @@ def _spec(
 ) -> GeneratorSpec:
     """A one-thread tool-style generator from round 0."""
     return GeneratorSpec(
-        config=config,
+        settings=_online(config["online_dpo"], config["seed"]),
+        generation=config["generation"],
+        rollout=RolloutSettings.from_config(config["rollout"]),
+        sandbox=config["sandbox"],
+        dtype=config["policy"]["dtype"],
         model_path=str(model),
         problems=problems,
         style="tool",

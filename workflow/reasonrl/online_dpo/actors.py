@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,6 +25,10 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.rollout import generator_process
 from reasonrl.rollout.generator_process import next_request
 from reasonrl.training.lora import merged_state_dict
+
+if TYPE_CHECKING:
+    from reasonrl.online_dpo.settings import OnlineDPOSettings
+    from reasonrl.rollout import RolloutSettings
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +67,11 @@ class Schedule:
 class GeneratorSpec:
     """Everything the generator process needs (picklable: it crosses the spawn)."""
 
-    config: dict
+    settings: OnlineDPOSettings
+    generation: dict  # the config's generation section (make_engine's)
+    rollout: RolloutSettings
+    sandbox: dict  # the config's sandbox section: the generator makes its own sandbox
+    dtype: str  # the policy's (policy.dtype)
     model_path: str
     problems: list[dict]
     style: str
@@ -80,10 +89,9 @@ def round_problems(spec: GeneratorSpec, round_no: int) -> list[dict]:
     cycling when the rounds outnumber it."""
     import random
 
-    section = spec.config["online_dpo"]
-    count = spec.schedule.minibatches_per_round * section["prompts_per_step"]
+    count = spec.schedule.minibatches_per_round * spec.settings.prompts_per_step
     order = list(range(len(spec.problems)))
-    random.Random(spec.config["seed"]).shuffle(order)
+    random.Random(spec.settings.seed).shuffle(order)
     start = round_no * count
     return [spec.problems[order[(start + i) % len(order)]] for i in range(count)]
 
@@ -93,13 +101,11 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.sandbox import Sandbox
 
-    config = spec.config
-    generation, dtype = config["generation"], config["policy"]["dtype"]
-    engine = make_engine(generation["engine"], spec.model_path, generation, dtype)
+    engine = make_engine(spec.generation["engine"], spec.model_path, spec.generation, spec.dtype)
     scorer = SequenceScorer(
-        config["online_dpo"]["reward"], spec.reward_model, dtype, "online_dpo.reward"
+        spec.settings.reward, spec.reward_model, spec.dtype, "online_dpo.reward"
     )
-    sandbox = Sandbox.from_config(config["sandbox"])
+    sandbox = Sandbox.from_config(spec.sandbox)
     version = None
     for round_no in range(spec.first_round, spec.schedule.rounds):
         need = spec.schedule.generator_version(round_no)
@@ -140,32 +146,30 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
     """K tool-loop samples per prompt of the round (prompt-major), graded and scored by
     `scorer`, with their log-probs under the sampling policy (the denominator of Proximal
     RLOO's ratio) taken on the token ids it sampled."""
-    from reasonrl.generation import SamplingParams
-    from reasonrl.rollout import RolloutSettings, run_rollouts
+    from reasonrl.rollout import run_rollouts
     from reasonrl.sequences import sampled_trajectory
     from reasonrl.training.online_dpo import sample_reward
 
-    config = spec.config
-    section = config["online_dpo"]
-    params = SamplingParams.from_section(section, config["seed"] * 1_000_003 + round_no)
+    settings = spec.settings
+    params = replace(settings.sampling, seed=settings.seed * 1_000_003 + round_no)
     rows = run_rollouts(
         engine,
         round_problems(spec, round_no),
         spec.style,
-        section["samples_per_prompt"],
+        settings.samples_per_prompt,
         params,
-        RolloutSettings.from_config(config["rollout"]),
+        spec.rollout,
         sandbox,
         policy=f"round{round_no}",
     )
     seqs = [
         sampled_trajectory(
-            engine.tokenizer, row["messages"], row["turn_token_ids"], section["max_length"]
+            engine.tokenizer, row["messages"], row["turn_token_ids"], settings.max_length
         )
         for row in rows
     ]
     # PPO's ratio and KL penalty are per token; the other losses need sequence sums only.
-    per_token = engine.token_logps(seqs) if section["loss"] == "ppo" else None
+    per_token = engine.token_logps(seqs) if settings.loss == "ppo" else None
     behaviour = [sum(t) for t in per_token] if per_token else engine.sequence_logps(seqs)
     scores, _ = scorer(rows)
     out = [
@@ -176,7 +180,7 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
             "finish_reason": row["finish_reason"],
             "num_tokens": row["num_tokens"],
             "turn_token_ids": row["turn_token_ids"],
-            "reward": sample_reward(score, row["finish_reason"], section["eos_penalty"]),
+            "reward": sample_reward(score, row["finish_reason"], settings.eos_penalty),
             "behaviour_logp": logp,
         }
         for row, score, logp in zip(rows, scores, behaviour, strict=True)

@@ -20,6 +20,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,6 +28,7 @@ import torch
 from reasonrl.errors import ReasonRLError
 from reasonrl.io import read_json, write_json
 from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
+from reasonrl.online_dpo.settings import OnlineDPOSettings
 from reasonrl.sequences import MaskedSequence, sampled_trajectory, summed_logps, token_logps
 from reasonrl.training.loop import (
     LoopSettings,
@@ -51,36 +53,22 @@ from reasonrl.training.reference import Reference
 Evaluate = Callable[[Callable[[torch.nn.Module, dict], torch.Tensor], dict], torch.Tensor]
 
 
-def micro_batch_prompts(section: dict) -> int:
-    """Prompts per micro-batch: online_dpo.micro_batch_prompts, or all of a step's (null)."""
-    return section["micro_batch_prompts"] or section["prompts_per_step"]
-
-
-def micro_batches_per_step(section: dict) -> int:
+def micro_batches_per_step(settings: OnlineDPOSettings) -> int:
     """The micro-batches of each optimizer step (the loop's grad_accum); the last one has
     the prompts left over where micro_batch_prompts does not divide prompts_per_step."""
-    return math.ceil(section["prompts_per_step"] / micro_batch_prompts(section))
+    return math.ceil(settings.prompts_per_step / settings.micro_batch_prompts)
 
 
-def loop_settings(section: dict, seed: int) -> LoopSettings:
-    """The training loop's settings of an online run (`section`: online_dpo with the
-    variant's keys): a step per mini-batch, its micro-batches shared out over the job's
-    data-parallel processes and accumulated on each."""
-    micro, processes = micro_batches_per_step(section), data_parallel_processes()
+def loop_settings(settings: OnlineDPOSettings) -> LoopSettings:
+    """The training loop's settings of an online run: a step per mini-batch, its
+    micro-batches shared out over the job's data-parallel processes and accumulated on each."""
+    micro, processes = micro_batches_per_step(settings), data_parallel_processes()
     if micro % processes:
         raise ReasonRLError(
             f"online_dpo: a step's {micro} micro-batches (prompts_per_step /"
             f" micro_batch_prompts) do not share out over {processes} processes"
         )
-    return LoopSettings.from_config(
-        {
-            **section,
-            "max_steps": section["steps"],
-            "grad_accum": micro // processes,
-            "weight_decay": 0.0,
-        },
-        seed,
-    )
+    return replace(settings.loop, grad_accum=micro // processes)
 
 
 class RoundStore:
@@ -154,14 +142,14 @@ class Learner:
         generator: GeneratorProcess | None,
         store: RoundStore,
         schedule: Schedule,
-        section: dict,
+        settings: OnlineDPOSettings,
         tokenizer,
         reference: Reference,
     ):
         self.generator = generator
         self.store = store
         self.schedule = schedule
-        self.section = section
+        self.settings = settings
         self.tokenizer = tokenizer
         self.reference = reference
         self.started = time.perf_counter()  # the wall-clock counts the generator's start-up
@@ -204,8 +192,8 @@ class Learner:
         whole mini-batch, wait in `step_metrics` for on_step (`waited`: the seconds this step
         waited for the round). `evaluate`: TrainingLoop.evaluate, for PPO's critic values."""
         _, part = self.schedule.round_of(step)
-        k = self.section["samples_per_prompt"]
-        per_step = self.section["prompts_per_step"] * k
+        k = self.settings.samples_per_prompt
+        per_step = self.settings.prompts_per_step * k
         rows = payload["rows"][part * per_step : (part + 1) * per_step]
         t0 = time.perf_counter()
         # The samples as sampled (token ids, a capped turn without an end-of-turn token): the
@@ -214,29 +202,29 @@ class Learner:
         # policy that often hits the cap.
         seqs = [
             sampled_trajectory(
-                self.tokenizer, row["messages"], row["turn_token_ids"], self.section["max_length"]
+                self.tokenizer, row["messages"], row["turn_token_ids"], self.settings.max_length
             )
             for row in rows
         ]
         ref_tokens = None
-        if self.section["loss"] == "ppo":
+        if self.settings.loss == "ppo":
             ref_tokens = self._reference(seqs, token_logps)
             ref = [sum(values) for values in ref_tokens]
         else:
             ref = self._reference(seqs, summed_logps)
-        size = micro_batch_prompts(self.section) * k
+        size = self.settings.micro_batch_prompts * k
         spans = [slice(i, i + size) for i in range(0, len(rows), size)]
         batches = [
             self._micro_batch(rows[s], seqs[s], ref[s], ref_tokens[s] if ref_tokens else None)
             for s in spans
         ]
-        if self.section["loss"] == "ppo":
+        if self.settings.loss == "ppo":
             # each process its share of the micro-batches; every one receives all values
             values = gathered_over_processes(
                 lambda part: [evaluate(critic_values, batch) for batch in part], batches
             )
-            settings = online_ppo_settings(self.section["beta"], self.section["clip"])
-            add_ppo_targets(batches, values, settings)
+            ppo = online_ppo_settings(self.settings.beta, self.settings.clip)
+            add_ppo_targets(batches, values, ppo)
         self.step_metrics = self._metrics(payload, step, rows, ref, seqs, waited)
         # the step's batch: reference log-probs, pairs or rows, PPO's critic values
         self.step_metrics["reference_seconds"] = time.perf_counter() - t0
@@ -260,10 +248,10 @@ class Learner:
         reference's log-probs of those rows (summed; per token for PPO)."""
         pad = self.tokenizer.pad_token_id
         rewards = [row["reward"] for row in rows]
-        if self.section["loss"] == "dpo":
-            pairs, _, _ = best_worst_pairs(rewards, self.section["samples_per_prompt"])
+        if self.settings.loss == "dpo":
+            pairs, _, _ = best_worst_pairs(rewards, self.settings.samples_per_prompt)
             return dpo_batch(seqs, ref, pairs, pad)
-        if self.section["loss"] == "ppo":
+        if self.settings.loss == "ppo":
             old = [row["behaviour_token_logps"] for row in rows]
             return ppo_batch(seqs, old, ref_tokens, rewards, pad)
         behaviour = [row["behaviour_logp"] for row in rows]
@@ -282,7 +270,7 @@ class Learner:
         round_no, part = self.schedule.round_of(step)
         rewards = [row["reward"] for row in rows]
         behaviour = [row["behaviour_logp"] for row in rows]
-        _, margins, ties = best_worst_pairs(rewards, self.section["samples_per_prompt"])
+        _, margins, ties = best_worst_pairs(rewards, self.settings.samples_per_prompt)
         tokens = sum(sum(s.mask) for s in seqs)
         version = payload["version"]
         return {

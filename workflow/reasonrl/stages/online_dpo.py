@@ -46,9 +46,11 @@ def online_dpo(
     per-step metrics (JSON + CSV) and the manifest. Under accelerate launch the learner is
     data parallel and the main process runs the generator (reasonrl.online_dpo.learner);
     `generator_gpus` 1: the generator samples on the job's GPU after the learner's."""
-    from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
+    from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
+    from reasonrl.online_dpo.settings import OnlineDPOSettings
     from reasonrl.rewards.sequence import SequenceScorer
+    from reasonrl.rollout import RolloutSettings
     from reasonrl.rollout.generator_process import generator_devices
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import data_parallel_processes, is_main_process, refuse_zero3
@@ -60,28 +62,35 @@ def online_dpo(
     main = is_main_process()
     variant = online_variant(config, variant_name)
     section = {**config["online_dpo"], **variant}
+    online = OnlineDPOSettings.from_section(section, config["seed"])
     sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
-    SequenceScorer.check(section["reward"], reward_model, "online_dpo.reward")
+    SequenceScorer.check(online.reward, reward_model, "online_dpo.reward")
     inputs = [model_path, train_path] + ([reward_model] if reward_model else [])
-    settings = {"online_dpo": section, **sections}
+    # Provenance and the checkpoints' fingerprint hash the sections as the config gives them.
+    provenance = {"online_dpo": section, **sections}
     lora = LoraSettings.from_config(section["lora"], "online_dpo.lora")
     run = TrainingRun(
-        "online-dpo", out_dir, settings, inputs, config["seed"], section, sections, lora=lora
+        "online-dpo", out_dir, provenance, inputs, config["seed"], section, sections, lora=lora
     )
-    schedule = Schedule(section["steps"], section["off_policy"], section["mode"] == "async")
+    schedule = online.schedule
     # Generator and learner get half the cores each in both modes (sync: they take turns), so
     # the speedup measures the overlap alone. Sync with every thread in each phase was
     # measured 2-10x slower on a shared 2-core machine (OpenMP threads waiting on each other);
     # again on 2026-11-25: generation 11.6 and 27.0 s with 2 threads against 6.3 and 10.6 s
     # with 1 (3 steps, runs interleaved), so one thread per phase is the best sync there.
     per_process = max(1, threads // 2)
+    dtype = config["policy"]["dtype"]
     with torch_threads(per_process):
         store = RoundStore(run.out.parent / f".{run.out.name}.rounds", run.fingerprint)
         spec = None
         if main:  # the rounds folder and the generator are the main process's
             store.reset_unless_resuming(run.checkpoints.latest() is not None)
             spec = GeneratorSpec(
-                config={"online_dpo": section, "seed": config["seed"], **sections},
+                settings=online,
+                generation=config["generation"],
+                rollout=RolloutSettings.from_config(config["rollout"]),
+                sandbox=config["sandbox"],
+                dtype=dtype,
                 model_path=model_path,
                 problems=read_jsonl(train_path, schema="problem"),
                 style=style,
@@ -95,35 +104,34 @@ def online_dpo(
                 if generator_gpus
                 else None,
             )
-        dtype = config["policy"]["dtype"]
         model, tokenizer = run.load_policy(model_path, dtype)
         reference = run.reference(model, model_path, dtype)
-        if section["loss"] == "ppo":
+        if online.loss == "ppo":
             # The critic's value head on the policy's trunk: the learner holds no third model.
             # Its fresh weights are seeded: the same whatever ran in this process before.
-            torch.manual_seed(config["seed"])
-            model = PolicyCritic(model, "shared", section["lr"], section["critic_lr"])
-        settings = loop_settings(section, config["seed"])
+            torch.manual_seed(online.seed)
+            model = PolicyCritic(model, "shared", online.loop.lr, online.critic_lr)
+        settings = loop_settings(online)
         objective = OnlineObjective(
-            section["loss"], section["beta"], section["clip"], section["samples_per_prompt"]
+            online.loss, online.beta, online.clip, online.samples_per_prompt
         )
         # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out
         # (also when called without the CLI, which does the same).
         previous = signal.signal(signal.SIGTERM, raise_interrupted)
         try:
             with GeneratorProcess(spec) if main else nullcontext() as generator:
-                learner = Learner(generator, store, schedule, section, tokenizer, reference)
+                learner = Learner(generator, store, schedule, online, tokenizer, reference)
                 loop = run.start(model, objective, settings, learner.on_step, objective.units)
                 learn(loop, learner, schedule)
                 result = loop.finish()
         finally:
             signal.signal(signal.SIGTERM, previous)
-        identity = {"variant": variant_name}
-        identity.update({k: section[k] for k in ("mode", "loss", "reward", "off_policy")})
+        identity = {"variant": variant_name, "mode": online.mode, "loss": online.loss}
+        identity.update(reward=online.reward, off_policy=online.off_policy)
         # Which prompts each step trained on: a sync and an async run of the same config must
         # agree, or their wall-clocks measure different work.
-        k = section["samples_per_prompt"]
-        prompts = store.step_prompts(schedule, section["prompts_per_step"], k) if main else []
+        k = online.samples_per_prompt
+        prompts = store.step_prompts(schedule, online.prompts_per_step, k) if main else []
         extra = {**timing_summary(result["history"]), "threads_per_process": per_process}
         metrics = run.metrics(result, identity, {**extra, "prompts": prompts}, timed=False)
         trained = result["model"]
