@@ -26,6 +26,7 @@ from reasonrl.ppo.run import (
     concat_padded,
     steps_per_iteration,
 )
+from reasonrl.ppo.settings import PPORunSettings
 from reasonrl.rewards.models import INFO_FILE
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutSettings, run_rollouts
@@ -133,6 +134,17 @@ def ppo_config(**ppo) -> dict:
         "ppo": section,
     }
     return validate_config(config)
+
+
+def _ppo_run(config: dict, models: tuple, reward_model: str | None, problems: list, ckpt: Path):
+    """Variant m's PPORun as the stage makes it (these configs accumulate no global batch)."""
+    import reasonrl.ppo.run as ppo_run
+
+    section = config["ppo"]
+    sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
+    settings = PPORunSettings.from_section(section, config["seed"])
+    variant = ppo_run.find_variant(section, "m")
+    return ppo_run.PPORun(settings, sections, variant, models, reward_model, problems, ckpt)
 
 
 def test_pf_ppo_trains_two_fifths_of_ppo_m_passes(tiny_policy, reward_model, problems, tmp_path):
@@ -449,9 +461,8 @@ def test_a_zero3_process_with_fewer_buffer_rows_runs_as_many_forwards(
     config = ppo_config(batch_size=2, reward="oracle")
     policy, tokenizer = load_policy(tiny_policy)
     reference = Reference.frozen(load_policy(tiny_policy)[0].eval().requires_grad_(False))
-    variant = ppo_run.find_variant(config["ppo"], "m")
     models = (policy, tokenizer, reference)
-    run = ppo_run.PPORun(config, variant, models, None, read_jsonl(problems), tmp_path)
+    run = _ppo_run(config, models, None, read_jsonl(problems), tmp_path)
     messages = [
         [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a b"}]
         for i in range(rows)
@@ -484,15 +495,33 @@ def test_a_zero3_process_with_fewer_buffer_rows_runs_as_many_forwards(
         torch.testing.assert_close(got[key], want[key], msg=key)
 
 
+def test_run_settings_are_the_section_with_the_jobs_accumulation_typed_once():
+    from reasonrl.ppo.run import find_variant, rows_per_iteration
+    from reasonrl.training.loop import with_accumulation
+    from reasonrl.training.ppo import PPOSettings
+
+    config = ppo_config(batch_size=2, global_batch_size=4, beta=0.1, temperature=0.7)
+    section = with_accumulation(config["ppo"], "ppo")
+    settings = PPORunSettings.from_section(section, 5)
+    assert (settings.grad_accum, settings.seed, settings.style) == (2, 5, "tool")
+    assert settings.loss == PPOSettings.from_config(section) and settings.loss.beta == 0.1
+    assert settings.sampling == SamplingParams.from_section(section, 5)
+    assert settings.sampling.temperature == 0.7
+    # every response for PPO-M, the draws for a filter
+    assert rows_per_iteration(find_variant(section, "m"), settings) == 4 * 5
+    assert rows_per_iteration(find_variant(section, "br"), settings) == 4 * 2
+
+
 class _Run:
     """What BufferBatches reads of a PPORun."""
 
     def __init__(self, processes: int, grad_accum: int):
         section = {"batch_size": 2, "grad_accum": grad_accum, "ppo_epochs": 2,
                    "prompts_per_iteration": 5, "responses_per_prompt": 2}  # fmt: skip
-        self.section, self.seed, self.processes = section, 0, processes
+        settings = PPORunSettings.from_section(validate_config({"ppo": section})["ppo"], 0)
+        self.settings, self.processes = settings, processes
         self.steps_per_iteration = steps_per_iteration(
-            Variant("m", FilterSpec("ppo-m"), "m"), section, processes
+            Variant("m", FilterSpec("ppo-m"), "m"), settings, processes
         )
 
 
@@ -521,16 +550,12 @@ def test_an_iterations_steps_pass_over_its_buffer_on_every_process(processes, gr
 def test_only_a_new_best_iteration_copies_the_policys_state(tiny_policy, problems, tmp_path):
     """The state is copied (under ZeRO-3 gathered, by every process) for a held-out score
     above the best so far only, and restoring returns the record without its weights."""
-    import reasonrl.ppo.run as ppo_run
     from reasonrl.training.reference import Reference
 
     config = ppo_config(reward="oracle")
     policy, tokenizer = load_policy(tiny_policy)
     reference = Reference.frozen(load_policy(tiny_policy)[0].eval().requires_grad_(False))
-    variant = ppo_run.find_variant(config["ppo"], "m")
-    run = ppo_run.PPORun(
-        config, variant, (policy, tokenizer, reference), None, read_jsonl(problems), tmp_path
-    )
+    run = _ppo_run(config, (policy, tokenizer, reference), None, read_jsonl(problems), tmp_path)
     copies = []
     trained_state = run._trained_state
     run._trained_state = lambda: copies.append(1) or trained_state()
@@ -569,9 +594,8 @@ def test_a_zero3_process_with_fewer_samples_runs_as_many_reward_model_forwards(
     config = ppo_config()
     policy, tokenizer = load_policy(tiny_policy)
     models = (policy, tokenizer, None)  # scoring takes no reference
-    variant = ppo_run.find_variant(config["ppo"], "m")
     rows = read_jsonl(problems)
-    run = ppo_run.PPORun(config, variant, models, str(reward_model), rows, tmp_path)
+    run = _ppo_run(config, models, str(reward_model), rows, tmp_path)
     want = run.scored_rollouts(rows[:prompts], 12, SamplingParams(seed=5))
     counted = []
     run.scorer.model.register_forward_hook(lambda *_: counted.append(1))

@@ -634,22 +634,23 @@ def check_ppo_buffers(config: dict, placements: dict[str, Placement], source: st
     size, wanted = ppo["batch_size"], ppo["global_batch_size"]
     accum = wanted // (size * gpus) if wanted is not None else ppo["grad_accum"]
     step = size * accum * gpus
+    counts = [ppo[k] for k in ("prompts_per_iteration", "responses_per_prompt", "draws_per_prompt")]
     for variant in ppo["variants"]:
-        rows = buffer_rows(variant["filter"], ppo)
+        rows = buffer_rows(variant["filter"], *counts)
         if rows % step:
             raise ReasonRLError(
                 f"{source}: {buffer_steps_message(variant['name'], rows, size, accum, gpus)}"
             )
 
 
-def buffer_rows(filter_name: str, section: dict) -> int:
+def buffer_rows(filter_name: str, prompts: int, responses: int, draws: int) -> int:
     """Buffer rows a ppo variant of filter `filter_name` nominally trains on an iteration (the
-    PF-PPO paper's Table 4, per n queries): every response for PPO-S and PPO-M, the draws
-    for the filters."""
-    prompts = section["prompts_per_iteration"]
+    PF-PPO paper's Table 4, per n queries, `prompts` of them): every response for PPO-S and
+    PPO-M, the draws for the filters (ppo.responses_per_prompt, ppo.draws_per_prompt). It
+    takes the counts, not the section: the plan reads the config, the run its settings."""
     if filter_name in ("ppo-s", "ppo-m"):
-        return prompts * section["responses_per_prompt"]
-    return prompts * section["draws_per_prompt"]
+        return prompts * responses
+    return prompts * draws
 
 
 def buffer_steps_message(variant: str, rows: int, size: int, accum: int, gpus: int) -> str:

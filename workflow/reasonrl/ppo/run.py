@@ -65,6 +65,7 @@ from reasonrl.ppo.filtration import (
     select,
     selection_probabilities,
 )
+from reasonrl.ppo.settings import PPORunSettings
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
@@ -73,13 +74,11 @@ from reasonrl.training.loop import (
     MainBroadcast,
     data_parallel_processes,
     gathered_over_processes,
-    with_accumulation,
 )
 from reasonrl.training.lora import merged_state_dict, merged_state_entries
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOObjective,
-    PPOSettings,
     gae,
     normalise,
     token_rewards,
@@ -123,9 +122,14 @@ def find_variant(section: dict, name: str) -> Variant:
     raise ReasonRLError(f"ppo.variants has no variant named {name!r}")
 
 
-def rows_per_iteration(variant: Variant, section: dict) -> int:
+def rows_per_iteration(variant: Variant, settings: PPORunSettings) -> int:
     """Buffer rows an iteration nominally trains on (memory_plan.buffer_rows)."""
-    return buffer_rows(variant.filter.name, section)
+    return buffer_rows(
+        variant.filter.name,
+        settings.prompts_per_iteration,
+        settings.responses_per_prompt,
+        settings.draws_per_prompt,
+    )
 
 
 def check_launch(config: dict, generator_gpus: int = 0) -> None:
@@ -139,27 +143,27 @@ def check_launch(config: dict, generator_gpus: int = 0) -> None:
         )
 
 
-def check_buffer_steps(config: dict, variant_name: str) -> None:
+def check_buffer_steps(settings: PPORunSettings, variant: Variant) -> None:
     """Stop with one line, before anything is loaded, where the variant's buffer is not a
     whole number of this job's optimizer steps (BufferBatches would wrap each epoch's last
     step round and train rows twice); memory_plan.check_ppo_buffers plans it alike."""
-    section = with_accumulation(config["ppo"], "ppo")
-    rows = rows_per_iteration(find_variant(section, variant_name), section)
-    size, accum, processes = section["batch_size"], section["grad_accum"], data_parallel_processes()
+    rows = rows_per_iteration(variant, settings)
+    size, accum, processes = settings.batch_size, settings.grad_accum, data_parallel_processes()
     if rows % (size * accum * processes):
-        raise ReasonRLError(buffer_steps_message(variant_name, rows, size, accum, processes))
+        raise ReasonRLError(buffer_steps_message(variant.name, rows, size, accum, processes))
 
 
-def micro_batches_per_step(section: dict, processes: int) -> int:
+def micro_batches_per_step(settings: PPORunSettings, processes: int) -> int:
     """Micro-batches of one optimizer step over every process."""
-    return section["grad_accum"] * processes
+    return settings.grad_accum * processes
 
 
-def steps_per_iteration(variant: Variant, section: dict, processes: int = 1) -> int:
+def steps_per_iteration(variant: Variant, settings: PPORunSettings, processes: int = 1) -> int:
     """ppo_epochs passes over the iteration's nominal rows, batch_size x grad_accum x
     processes rows per optimizer step."""
-    rows_per_step = section["batch_size"] * micro_batches_per_step(section, processes)
-    return section["ppo_epochs"] * math.ceil(rows_per_iteration(variant, section) / rows_per_step)
+    rows_per_step = settings.batch_size * micro_batches_per_step(settings, processes)
+    rows = rows_per_iteration(variant, settings)
+    return settings.ppo_epochs * math.ceil(rows / rows_per_step)
 
 
 def action_tokens(batch: dict) -> float:
@@ -177,17 +181,18 @@ class BufferBatches:
 
     def __init__(self, run: PPORun, iteration: int, buffer: dict, info: dict[str, float]):
         self.run, self.iteration, self.buffer, self.info = run, iteration, buffer, info
-        self.per_step = micro_batches_per_step(run.section, run.processes)
+        self.per_step = micro_batches_per_step(run.settings, run.processes)
         self.first = iteration * run.steps_per_iteration * self.per_step
 
     def __call__(self, index: int) -> dict[str, torch.Tensor]:
         micro = index - self.first
         rows = len(self.buffer["input_ids"])
-        bs = min(self.run.section["batch_size"], rows)
+        bs = min(self.run.settings.batch_size, rows)
         per_epoch = self.per_step * math.ceil(rows / (bs * self.per_step))
         epoch, position = divmod(micro, per_epoch)
         order = list(range(rows))
-        random.Random(self.run.seed * 100_003 + self.iteration * 1_009 + epoch).shuffle(order)
+        seed = self.run.settings.seed
+        random.Random(seed * 100_003 + self.iteration * 1_009 + epoch).shuffle(order)
         # past the buffer's end (an epoch's last step over several micro-batches): the
         # shuffle's next rows, wrapped round
         start = position * bs if position * bs < rows else (position * bs) % rows
@@ -217,9 +222,10 @@ ITERATION_KEYS = (
 class PPORun:
     """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts.
 
-    `models`: the SFT policy (with its LoRA adapters where the run has them), its tokenizer
-    and the reference at the SFT policy (a frozen copy, or the LoRA policy with its adapters
-    off: training.reference); `adapt` puts the run's adapters on a separate critic's trunk
+    `sections`: the config's generation, rollout, sandbox and policy sections. `models`: the
+    SFT policy (with its LoRA adapters where the run has them), its tokenizer and the
+    reference at the SFT policy (a frozen copy, or the LoRA policy with its adapters off:
+    training.reference); `adapt` puts the run's adapters on a separate critic's trunk
     (PolicyCritic). `start_path`: the SFT policy's folder, which a vLLM generator
     (generation.engine vllm) loads once before it is sent the policy's weights. `remote`:
     the run samples with a generator process of its own, `server` the main process's
@@ -227,7 +233,8 @@ class PPORun:
 
     def __init__(
         self,
-        config: dict,
+        settings: PPORunSettings,
+        sections: dict,
         variant: Variant,
         models,
         reward_model,
@@ -238,30 +245,29 @@ class PPORun:
         server: RolloutServer | None = None,
         remote: bool = False,
     ):
-        self.config, self.variant = config, variant
+        self.settings, self.sections, self.variant = settings, sections, variant
         self.start_path = start_path
         self._generator = None  # the vLLM engine, made at the first rollouts
         self.server, self.remote = server, remote
         self._sent = False  # whether the server samples with the policy's current weights
         self._broadcast = MainBroadcast()
-        self.section, self.seed = config["ppo"], config["seed"]
         policy, self.tokenizer, self.reference = models
-        torch.manual_seed(self.seed)  # the value head is initialised afresh: seeded
-        s = self.section
-        self.model = PolicyCritic(policy, s["critic"], s["policy_lr"], s["critic_lr"], adapt)
-        dtype = config["policy"]["dtype"]
-        self.scorer = SequenceScorer(s["reward"], reward_model, dtype, "ppo.reward")
-        held = s["heldout_prompts"]
+        torch.manual_seed(settings.seed)  # the value head is initialised afresh: seeded
+        lrs = settings.policy_lr, settings.critic_lr
+        self.model = PolicyCritic(policy, settings.critic, *lrs, adapt)
+        dtype = sections["policy"]["dtype"]
+        self.scorer = SequenceScorer(settings.reward, reward_model, dtype, "ppo.reward")
+        held = settings.heldout_prompts
         if len(problems) <= held:
             raise ReasonRLError(
                 f"ppo.heldout_prompts={held} leaves no training prompts of {len(problems)}"
             )
         self.train_problems = problems[: len(problems) - held]
         self.heldout = problems[len(problems) - held :]
-        self.sandbox = Sandbox.from_config(config["sandbox"])
-        self.limits = RolloutSettings.from_config(config["rollout"])
+        self.sandbox = Sandbox.from_config(sections["sandbox"])
+        self.limits = RolloutSettings.from_config(sections["rollout"])
         self.processes = data_parallel_processes()
-        self.steps_per_iteration = steps_per_iteration(variant, s, self.processes)
+        self.steps_per_iteration = steps_per_iteration(variant, settings, self.processes)
         self.best_path = Path(ckpt) / "best.pt"
         self.engine = None  # the training loop's prepared model (DeepSpeed's engine): trained_by
 
@@ -315,7 +321,7 @@ class PPORun:
             self._send_weights()
         rows = None
         if self.server is not None:
-            rows = self.server.rollouts(problems, self.section["style"], samples, params, "ppo")
+            rows = self.server.rollouts(problems, self.settings.style, samples, params, "ppo")
         return self._broadcast(rows) if self.processes > 1 else rows
 
     def _scored(self, rows: list[dict]) -> tuple[list[float], int]:
@@ -365,7 +371,7 @@ class PPORun:
         engine = self._engine()
         try:
             return run_rollouts(
-                engine, problems, self.section["style"], samples, params, self.limits,
+                engine, problems, self.settings.style, samples, params, self.limits,
                 self.sandbox, "ppo",
             )  # fmt: skip
         finally:
@@ -375,30 +381,27 @@ class PPORun:
         """What samples the live policy: the HF engine on the policy itself, or (generation.
         engine vllm) one vLLM engine, made once from the start model and sent the policy's
         merged weights before each use."""
-        generation = self.config["generation"]
+        generation = self.sections["generation"]
         if generation["engine"] == "hf":
             return HFEngine(self.model.policy, self.tokenizer, generation["batch_size"])
         if self._generator is None:
-            dtype = self.config["policy"]["dtype"]
+            dtype = self.sections["policy"]["dtype"]
             self._generator = make_engine(generation["engine"], self.start_path, generation, dtype)
         self._generator.load_weights(merged_state_dict(self.model.policy))
         return self._generator
 
     def iteration_prompts(self, iteration: int) -> list[dict]:
         """The iteration's prompts: the next slice of a fresh seeded permutation per pass."""
-        count = self.section["prompts_per_iteration"]
+        count = self.settings.prompts_per_iteration
         if self.variant.filter.name == "ppo-s":  # N x the queries, one response each (Table 4)
-            count *= self.section["responses_per_prompt"]
+            count *= self.settings.responses_per_prompt
         size = len(self.train_problems)
         out = []
         for g in range(iteration * count, (iteration + 1) * count):
             order = list(range(size))
-            random.Random(self.seed * 7 + g // size).shuffle(order)
+            random.Random(self.settings.seed * 7 + g // size).shuffle(order)
             out.append(self.train_problems[order[g % size]])
         return out
-
-    def settings(self) -> PPOSettings:
-        return PPOSettings.from_config(self.section)
 
     # --- held-out score and the best checkpoint --------------------------------------------
     def evaluate(self, seed: int) -> dict[str, float]:
@@ -413,7 +416,7 @@ class PPORun:
     def start_iteration(self, iteration: int, fresh: bool) -> dict[str, float]:
         if fresh and self.best_path.exists() and self._is_main():
             self.best_path.unlink()
-        info = self.evaluate(self.seed + 991)
+        info = self.evaluate(self.settings.seed + 991)
         self.keep_if_best(iteration, info)
         return info
 
@@ -492,20 +495,19 @@ class PPORun:
         """One iteration's experience, in order: generate with the live policy -> score with
         the reward -> filter (PF-PPO) -> old log-probs, values, per-token rewards and GAE
         advantages (`experience`). The loop then updates on it for ppo_epochs epochs."""
-        s = self.section
+        s = self.settings
         problems = self.iteration_prompts(iteration)
-        n = 1 if self.variant.filter.name == "ppo-s" else s["responses_per_prompt"]
-        seed = self.seed + 1 + iteration
-        sampling = SamplingParams.from_section(s, seed)
+        n = 1 if self.variant.filter.name == "ppo-s" else s.responses_per_prompt
+        sampling = replace(s.sampling, seed=s.seed + 1 + iteration)
         rows, scores, rm_passes = self.scored_rollouts(problems, n, sampling)
         groups = [scores[p * n : (p + 1) * n] for p in range(len(problems))]
-        rng = random.Random(self.seed * 31 + iteration)
+        rng = random.Random(s.seed * 31 + iteration)
         chosen = select(self.variant.filter, groups, rng)
         if not chosen:  # a threshold nothing reached: fall back to each prompt's best
             log.warning("iteration %d: the filter kept nothing; keeping each best", iteration)
             chosen = select(FilterSpec("bon", draws=1), groups, rng)
         flat = torch.tensor(scores)
-        normalised = normalise(flat) if s["normalise_rewards"] else flat
+        normalised = normalise(flat) if s.normalise_rewards else flat
         picked = [p * n + i for p, i in chosen]
         info.update(
             queries=float(len(problems)),
@@ -528,7 +530,7 @@ class PPORun:
         if self.processes == 1:
             buffer = self._experience(messages, scores)
         else:
-            bs = self.section["batch_size"]
+            bs = self.settings.batch_size
             most = math.ceil(math.ceil(len(messages) / self.processes) / bs)
 
             def share(rows: list[int]) -> list[dict]:
@@ -539,15 +541,15 @@ class PPORun:
 
             parts = gathered_over_processes(share, list(range(len(messages))))
             buffer = concat_padded(parts, {"input_ids": self.tokenizer.pad_token_id})
-        if self.section["normalise_advantages"]:
+        if self.settings.normalise_advantages:
             buffer["advantages"] = normalise(buffer["advantages"], buffer["action_mask"])
         return buffer
 
     @torch.no_grad()
     def _experience(self, messages: list[list[dict]], scores: torch.Tensor) -> dict:
         """experience() of these rows alone, before the advantages are whitened."""
-        s = self.section
-        chats = [tokenize_chat(self.tokenizer, m, s["max_length"]) for m in messages]
+        s = self.settings
+        chats = [tokenize_chat(self.tokenizer, m, s.max_length) for m in messages]
         width = max(len(c.input_ids) for c in chats)
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([c.input_ids + [pad] * (width - len(c.input_ids)) for c in chats])
@@ -559,16 +561,17 @@ class PPORun:
         ids, attention, scores = ids.to(device), attention.to(device), scores.to(device)
         action = mask[:, 1:].float().to(device)
         old_logps, old_values, ref_logps = [], [], []
-        for start in range(0, len(chats), s["batch_size"]):
-            part = slice(start, start + s["batch_size"])
+        for start in range(0, len(chats), s.batch_size):
+            part = slice(start, start + s.batch_size)
             logps, values, ref = self._forwards(ids[part], attention[part])
             old_logps.append(logps)
             old_values.append(values)
             ref_logps.append(ref)
         old_logps, old_values = torch.cat(old_logps), torch.cat(old_values)
         ref_logps = torch.cat(ref_logps)
-        rewards = token_rewards(scores, old_logps, ref_logps, action, s["beta"])
-        advantages, returns = gae(rewards, old_values * action, action, s["gamma"], s["lam"])
+        loss = s.loss
+        rewards = token_rewards(scores, old_logps, ref_logps, action, loss.beta)
+        advantages, returns = gae(rewards, old_values * action, action, loss.gamma, loss.lam)
         return {
             "input_ids": ids,
             "attention_mask": attention,

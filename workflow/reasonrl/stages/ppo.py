@@ -35,6 +35,7 @@ from reasonrl.ppo.run import (
     plot_bins,
     strategy_rows,
 )
+from reasonrl.ppo.settings import PPORunSettings
 from reasonrl.rewards.sequence import SequenceScorer
 from reasonrl.rollout import RolloutSettings, run_rollouts
 from reasonrl.rollout.generator_process import RolloutServer, RolloutSpec, generator_devices
@@ -66,14 +67,17 @@ def ppo(
     `generator_gpus` 1: the main process samples with a generator process on the job's GPU
     after the learner's, sent the policy's weights after each update."""
     check_launch(config, generator_gpus)
-    check_buffer_steps(config, variant_name)
+    section = with_accumulation(config["ppo"], "ppo")
+    settings = PPORunSettings.from_section(section, config["seed"])
+    variant = find_variant(section, variant_name)
+    check_buffer_steps(settings, variant)
     # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out.
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         with _server(config, model_path, generator_gpus) as server:
             return _ppo(
-                config, variant_name, model_path, reward_model, problems_path, out_dir,
-                server, remote=bool(generator_gpus),
+                config, section, settings, variant, model_path, reward_model, problems_path,
+                out_dir, server, remote=bool(generator_gpus),
             )  # fmt: skip
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -100,7 +104,9 @@ def _server(config: dict, model_path: str, generator_gpus: int) -> Iterator:
 
 def _ppo(
     config: dict,
-    variant_name: str,
+    section: dict,
+    settings: PPORunSettings,
+    variant: Variant,
     model_path: str,
     reward_model: str | None,
     problems_path: str,
@@ -108,14 +114,14 @@ def _ppo(
     server: RolloutServer | None,
     remote: bool,
 ) -> dict:
-    section, seed = with_accumulation(config["ppo"], "ppo"), config["seed"]
-    config = {**config, "ppo": section}
-    variant = find_variant(section, variant_name)
+    """The run of `variant`: `section` is ppo with the job's grad_accum (provenance and the
+    checkpoints' fingerprint hash it as it is), `settings` the same typed."""
+    seed = settings.seed
     inputs = [model_path, problems_path] + ([reward_model] if reward_model else [])
-    sections = {"ppo": section, "policy": config["policy"]}
+    provenance = {"ppo": section, "policy": config["policy"]}
     lora = LoraSettings.from_config(section["lora"], "ppo.lora")
     run = TrainingRun(
-        "ppo", out_dir, sections, inputs, seed, variant_name, section, seed, lora=lora
+        "ppo", out_dir, provenance, inputs, seed, variant.name, section, seed, lora=lora
     )
     problems = read_jsonl(problems_path, schema="problem")
     if not problems:
@@ -125,34 +131,35 @@ def _ppo(
     reference = run.reference(policy, model_path, dtype)
     models = (policy, tokenizer, reference)
     critic_adapters = partial(run.adapt, task="FEATURE_EXTRACTION")  # a bare trunk
+    sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
     ppo_run = PPORun(
-        config, variant, models, reward_model, problems, run.checkpoints.folder, critic_adapters,
-        start_path=model_path, server=server, remote=remote,
+        settings, sections, variant, models, reward_model, problems, run.checkpoints.folder,
+        critic_adapters, start_path=model_path, server=server, remote=remote,
     )  # fmt: skip
     per = ppo_run.steps_per_iteration
-    settings = LoopSettings(
-        max_steps=section["iterations"] * per,
-        lr=section["policy_lr"],
-        grad_accum=section["grad_accum"],
-        max_grad_norm=section["max_grad_norm"],
-        lr_schedule=section["lr_schedule"],
-        optimizer=section["optimizer"],
-        gradient_checkpointing=section["gradient_checkpointing"],
-        checkpoint_every=per * section["checkpoint_iterations"],
+    loop_settings = LoopSettings(
+        max_steps=settings.iterations * per,
+        lr=settings.policy_lr,
+        grad_accum=settings.grad_accum,
+        max_grad_norm=settings.max_grad_norm,
+        lr_schedule=settings.lr_schedule,
+        optimizer=settings.optimizer,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        checkpoint_every=per * settings.checkpoint_iterations,
         log_every=per,
         seed=seed,
     )
-    objective = PPOObjectiveWithInfo(ppo_run.settings())
-    loop = run.start(ppo_run.model, objective, settings, loss_units=action_tokens)
+    objective = PPOObjectiveWithInfo(settings.loss)
+    loop = run.start(ppo_run.model, objective, loop_settings, loss_units=action_tokens)
     ppo_run.trained_by(loop.model)
-    for iteration in range(loop.step // per, section["iterations"]):
+    for iteration in range(loop.step // per, settings.iterations):
         info = ppo_run.start_iteration(iteration, fresh=iteration == 0)  # held-out score, best
         buffer = ppo_run.fill_buffer(iteration, info)  # generate -> score -> filter -> GAE
         loop.run(BufferBatches(ppo_run, iteration, buffer, info), per)  # the update
         ppo_run.policy_changed()
     result = loop.finish(gather=False)  # it saves the best iteration's weights
     final = ppo_run.evaluate(seed + 991)
-    ppo_run.keep_if_best(section["iterations"], final)
+    ppo_run.keep_if_best(settings.iterations, final)
     best = ppo_run.restore_best()
     iterations = iteration_summary(result["history"])
     identity = {
