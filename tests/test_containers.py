@@ -226,7 +226,8 @@ def test_host_config_mounts_workdir_and_passes_gpus_network_and_sandbox_needs():
 
 
 def test_the_container_sees_the_scheduler_job_and_threads_but_not_the_rest_of_the_host():
-    host = {"SLURM_JOB_ID": "41", "SLURM_JOB_NODELIST": "node1", "OMP_NUM_THREADS": "8"}
+    host = {"SLURM_JOB_ID": "41", "SLURM_JOB_NODELIST": "node1", "OMP_NUM_THREADS": "8",
+            "OMP_WAIT_POLICY": "PASSIVE"}  # fmt: skip
     env = ContainerSpec("img", "sha256:d", "/work").environment({**host, "AWS_SECRET": "x"})
     assert {k: env[k] for k in host} == host  # the manifest records the SLURM job
     assert "AWS_SECRET" not in env and env["REASONRL_IMAGE_DIGEST"] == "sha256:d"

@@ -22,9 +22,11 @@ from reasonrl.containers.daemon import docker_client
 from reasonrl.errors import ReasonRLError
 from reasonrl.tracking import ENV_VAR as TRACKING_ENV
 
-# Thread counts Snakemake sets for the rule, and the GPU selection of a scheduler.
+# Thread counts Snakemake sets for the rule, how idle OpenMP threads wait (a machine shared by
+# several jobs wants them asleep, not spinning), and the GPU selection of a scheduler.
 FORWARDED_ENV = (
     "OMP_NUM_THREADS",
+    "OMP_WAIT_POLICY",
     "GOTO_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS",
