@@ -38,13 +38,6 @@ VERIFICATION = "tests/test_verification_learning.py"
 # normal priority gets about 90 % of a core they share.
 LEARNING_NICENESS = 10
 PYTEST = [sys.executable, "-m", "pytest", "-ra"]
-# How OpenMP threads with no work wait, for everything the suite starts (SLURM's jobs and the
-# containers get it too: sbatch and the container runner pass it on). By default they spin
-# for a while, which on 2 cores shared by two lanes, several jobs and torchrun's processes
-# holds a core the thread being waited on needs: two 2-thread torch processes side by side
-# took 24-143 s spinning against 7 s asleep (docs/experiment-design.md, "OpenMP threads wait
-# asleep in CI"). The results do not change: each thread computes the same share either way.
-OPENMP_WAIT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _exit_status(code: int) -> int:
@@ -132,8 +125,6 @@ def main() -> int:
     learning = [*PYTEST, "-p", "no:cacheprovider", "--durations=15", LEARNING]
     before = ["make", "lint", "test-deps", "vllm"]
     rest = [*PYTEST, "--durations=30", f"--ignore={LEARNING}", f"--ignore={VERIFICATION}"]
-    for name, value in OPENMP_WAIT.items():
-        os.environ.setdefault(name, value)  # a caller's own setting kept
     started, cpu = time.monotonic(), machine_cpu_seconds()
     status = run_beside(learning, before, rest, LEARNING_NICENESS)
     print(machine_use(cpu, machine_cpu_seconds(), time.monotonic() - started), flush=True)

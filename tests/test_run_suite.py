@@ -32,12 +32,6 @@ def python(code: str) -> list[str]:
 OK = python("")
 
 
-@pytest.fixture(autouse=True)
-def _openmp_wait_restored(monkeypatch):
-    """main() sets OMP_WAIT_POLICY in this process: the tests after these see their own."""
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-
-
 def test_the_background_output_comes_after_the_foregrounds_and_its_failure_counts(capfd):
     background = python("import os; print('background at', os.nice(0)); raise SystemExit(3)")
     status = run_beside(background, python("print('first')"), python("print('second')"), 7)
@@ -149,14 +143,3 @@ def test_the_suite_ends_saying_how_busy_the_whole_machine_was(monkeypatch, capfd
         f"(1.80 of {cores} cores busy)"
     )
     assert machine_use((0.0, 0.0), (1.0, 1.0), 2.0).endswith(f"(0.50 of {cores} cores busy)")
-
-
-def test_everything_the_suite_starts_waits_on_openmp_asleep(monkeypatch):
-    seen = []
-    monkeypatch.setattr("run_suite.signal.signal", lambda *_: None)  # main's SIGTERM handler
-    monkeypatch.setattr(
-        "run_suite.run_beside", lambda *args: seen.append(os.environ["OMP_WAIT_POLICY"]) or 0
-    )
-    assert main() == 0 and seen == ["PASSIVE"]
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the caller's own choice stays
-    assert main() == 0 and seen == ["PASSIVE", "ACTIVE"]
