@@ -3,9 +3,10 @@ beside the rest.
 
 The learning tests (LEARNING, one module) keep both cores busy for about 20 minutes in
 single-threaded worker processes (VERIFICATION's, the verification nulls, are not in `make
-test`: `make test-verification` runs them); the rest of the suite leaves cores idle for minutes
-(SLURM's status checks, Docker builds, the registry, package downloads, sandbox timeouts). One
-after the other they took 63 minutes of a clean-clone CI run. Here the learning tests start
+test`: `make test-verification` runs them); the rest of the suite alone leaves cores idle for
+minutes (SLURM's status checks, Docker builds, the registry, package downloads, sandbox
+timeouts). One after the other they took 63 minutes of a clean-clone CI run; side by side the
+whole machine is busy (the line main() prints at the end: 1.94 of 2 cores on 2026-12-06). Here the learning tests start
 first, at a lower CPU priority (LEARNING_NICENESS), and run while `make lint test-deps vllm`
 and then the rest of the suite (a second pytest) run at normal priority: those keep the cores
 they ask for, and the learning tests take the time they leave. Linux shares the CPU between
