@@ -6,17 +6,18 @@ single-threaded worker processes (VERIFICATION's, the verification nulls, are no
 test`: `make test-verification` runs them); the rest of the suite alone leaves cores idle for
 minutes (SLURM's status checks, Docker builds, the registry, package downloads, sandbox
 timeouts). One after the other they took 63 minutes of a clean-clone CI run; side by side the
-whole machine is busy (the line main() prints at the end: 1.94 of 2 cores on 2026-12-06). Here the learning tests start
-first, at a lower CPU priority (LEARNING_NICENESS), and run while `make lint test-deps vllm`
-and then the rest of the suite (a second pytest) run at normal priority: those keep the cores
-they ask for, and the learning tests take the time they leave. Linux shares the CPU between
-sessions' autogroups first, and a niceness counts only within its autogroup: so the learning
-tests get a session of their own, whose autogroup gets the same niceness. Without it they took
-an equal share beside each job the rest starts in a session of its own (start_new_session), and
-the rest ran far slower. The learning runs' results do not depend on how fast they run (their
-workers are single-threaded, their sandbox programs take milliseconds against a 10 s wall
-clock). The learning tests' output is printed after the rest's; the exit status is the first
-failure's. A failed lint stops the learning tests; a failure of the rest does not.
+whole machine is busy (main()'s last line: 1.94 of 2 cores on 2026-12-06). Here the learning
+tests start first, at a lower CPU priority (LEARNING_NICENESS), and run while `make lint
+test-deps vllm` and then the rest of the suite (a second pytest) run at normal priority: those
+keep the cores they ask for, and the learning tests take the time they leave. Linux shares the
+CPU between sessions' autogroups first, and a niceness counts only within its autogroup: so the
+learning tests get a session of their own, whose autogroup gets the same niceness. Without it
+they took an equal share beside each job the rest starts in a session of its own
+(start_new_session), and the rest ran far slower. The learning runs' results do not depend on
+how fast they run (their workers are single-threaded, their sandbox programs take milliseconds
+against a 10 s wall clock). The learning tests' output is printed after the rest's; the exit
+status is the first failure's. A failed lint stops the learning tests; a failure of the rest
+does not.
 """
 
 from __future__ import annotations
