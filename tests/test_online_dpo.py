@@ -178,11 +178,27 @@ def test_sampled_trajectory_scores_the_sampled_ids_not_their_re_encoded_text(tin
 SAMPLED = {"loss": "dpo", "prompts_per_step": 16, "samples_per_prompt": 4}
 
 
+# The GRPO family's options of these tests' learner runs (loss name -> a grpo variant's keys):
+# GRPO as the default has it, and DAPO's token-mean loss with clip-higher, its advantages
+# scaled by the step's std (which spans the step's micro-batches).
+GRPO_VARIANTS = {
+    "grpo": {"beta": 0.04},
+    "dapo": {"aggregation": "dapo", "scale_rewards": "batch", "clip_high": 0.28},
+}
+
+
+def _grpo_keys(name: str) -> dict:
+    """A grpo variant's keys with the schema's defaults filled in."""
+    variant = {"name": "g", "loss": "grpo", "grpo": GRPO_VARIANTS[name]}
+    return validate_config({"online_dpo": {"variants": [variant]}})["online_dpo"]["variants"][0]
+
+
 def _online(section: dict, seed: int = 0) -> OnlineDPOSettings:
     """The settings of an online_dpo `section`, a default variant's keys where it has none
-    (these tests give the generator and the learner a schedule of their own)."""
+    (these tests give the generator and the learner a schedule of their own), with the
+    online_setup's token budget."""
     variant = {"mode": "async", "loss": "dpo", "off_policy": 1}
-    return OnlineDPOSettings.from_section({**variant, **section}, seed)
+    return OnlineDPOSettings.from_section({**variant, **section}, seed, max_tokens=12)
 
 
 def _sample_round(
@@ -324,6 +340,8 @@ def _learn(setup, payload: dict, folder: Path, loss: str, micro: int | None):
 
     config, models = setup
     section = {**config["online_dpo"], **SAMPLED, "loss": loss, "micro_batch_prompts": micro}
+    if loss in GRPO_VARIANTS:
+        section.update(loss="grpo", grpo=_grpo_keys(loss)["grpo"])
     section.update(prompts_per_step=8, steps=4, lr=1e-4, critic_lr=1e-4, checkpoint_every=99)
     model, tokenizer = load_policy(models / "policy")
     reference = load_policy(models / "policy")[0]
@@ -339,7 +357,7 @@ def _learn(setup, payload: dict, folder: Path, loss: str, micro: int | None):
     store.reset_unless_resuming(False)
     online = _online(section)
     learner = Learner(_StoredRounds(payload), store, schedule, online, tokenizer, reference)
-    objective = OnlineObjective(loss, section["beta"], section["clip"], k=4)
+    objective = OnlineObjective(online.loss, online.beta, online.clip, k=4, grpo=online.grpo)
     settings = loop_settings(online)
     checkpoints = CheckpointStore(folder / "ckpt", "micro")
     loop = TrainingLoop(
@@ -350,14 +368,15 @@ def _learn(setup, payload: dict, folder: Path, loss: str, micro: int | None):
     return result["model"], result["history"], settings.grad_accum
 
 
-@pytest.mark.parametrize("loss", ["dpo", "rloo", "ppo"])
+@pytest.mark.parametrize("loss", ["dpo", "rloo", "ppo", "grpo", "dapo"])
 def test_micro_batches_train_and_log_as_the_whole_step_does(
     online_setup, sampled_round, tmp_path, loss
 ):
     """Gradient accumulation over micro-batches of 1 or 3 prompts (3: a smaller last one)
     gives the parameters and logged metrics of the whole 8-prompt step in one micro-batch:
     each micro-batch's loss counts by its share of the step's pairs (tied prompts have none),
-    rows or action tokens, and PPO whitens its advantages over the whole step."""
+    rows or action tokens, PPO whitens its advantages over the whole step, and DAPO's are
+    scaled by the whole step's std and its loss is a mean over the step's tokens."""
     from reasonrl.models import load_policy
     from reasonrl.stages.online_dpo import torch_threads
 
@@ -481,6 +500,7 @@ SMALL = {
         {"name": "async", "mode": "async", "off_policy": 2},
         {"name": "rloo", "mode": "async", "loss": "rloo", "off_policy": 1},
         {"name": "ppo", "mode": "async", "loss": "ppo", "off_policy": 2},
+        {"name": "grpo", "mode": "async", "loss": "grpo", "off_policy": 2, "grpo": {"beta": 0.04}},
     ],
 }
 
@@ -533,7 +553,7 @@ def _children() -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("name", ["sync", "rloo", "ppo"])
+@pytest.mark.parametrize("name", ["sync", "rloo", "ppo", "grpo"])
 def test_learner_data_carries_the_configured_lag(online_setup, name):
     config, folder = online_setup
     before = _children()
@@ -546,8 +566,16 @@ def test_learner_data_carries_the_configured_lag(online_setup, name):
     versions = [h["policy_version"] for h in metrics["history"]]
     assert versions == [schedule.generator_version(schedule.round_of(i)[0]) for i in range(4)]
     lags = [h["lag"] for h in metrics["history"]]
-    expected = {"sync": [0, 0, 0, 0], "rloo": [0, 1, 1, 1], "ppo": [0, 1, 2, 3]}[name]
-    assert lags == expected
+    expected = {"sync": [0, 0, 0, 0], "rloo": [0, 1, 1, 1], "ppo": [0, 1, 2, 3]}
+    assert lags == {**expected, "grpo": expected["ppo"]}[name]
+    if name == "grpo":
+        # the ratio is against the generator's policy: 1 on the first, on-policy step; each
+        # step logs the family's signals
+        assert metrics["history"][0]["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+        signals = ("kl_k3", "entropy", "clip_low_fraction", "clip_high_fraction")
+        signals += ("advantage_std", "tied_groups", "overlong_filtered", "policy_loss")
+        assert all(key in h for h in metrics["history"] for key in signals)
+        assert metrics["history"][0]["kl_k3"] == pytest.approx(0.0, abs=1e-5)  # the start
     if name == "ppo":
         # The old policy is the generator's: the first step is on-policy (ratio 1), the
         # lagged ones are not; the saved model is the policy without the critic.

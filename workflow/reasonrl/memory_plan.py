@@ -521,7 +521,7 @@ def _online_specs(config: dict) -> list[RuleSpec]:
         return []
     k = section["samples_per_prompt"]
     # One micro-batch of an optimizer step (the learner accumulates a step's micro-batches):
-    # best and worst of K (DPO), all K (RLOO, PPO) of micro_batch_prompts prompts.
+    # best and worst of K (DPO), all K (RLOO, PPO, GRPO) of micro_batch_prompts prompts.
     prompts = _online_micro_batch_prompts(section)
     per_prompt = {v["loss"]: 2 if v["loss"] == "dpo" else k for v in section["variants"]}
     sequences = prompts * max(per_prompt.values())

@@ -168,8 +168,8 @@ def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) ->
         )
         for row in rows
     ]
-    # PPO's ratio and KL penalty are per token; the other losses need sequence sums only.
-    per_token = engine.token_logps(seqs) if settings.loss == "ppo" else None
+    # PPO's and GRPO's ratios are per token; the other losses need sequence sums only.
+    per_token = engine.token_logps(seqs) if settings.loss in ("ppo", "grpo") else None
     behaviour = [sum(t) for t in per_token] if per_token else engine.sequence_logps(seqs)
     scores, _ = scorer(rows)
     out = [

@@ -30,6 +30,7 @@ from reasonrl.io import read_json, write_json
 from reasonrl.online_dpo.actors import GeneratorProcess, Schedule
 from reasonrl.online_dpo.settings import OnlineDPOSettings
 from reasonrl.sequences import MaskedSequence, sampled_trajectory, summed_logps, token_logps
+from reasonrl.training.grpo import GroupTargets, group_targets, grpo_batch
 from reasonrl.training.loop import (
     LoopSettings,
     MainBroadcast,
@@ -38,6 +39,7 @@ from reasonrl.training.loop import (
     gathered_over_processes,
 )
 from reasonrl.training.online_dpo import (
+    TRUNCATED,
     add_ppo_targets,
     best_worst,
     critic_values,
@@ -188,9 +190,10 @@ class Learner:
         """Optimizer step `step`'s micro-batches from its mini-batch of the round: the
         reference's log-probs, then per micro-batch of online_dpo.micro_batch_prompts prompts
         (a prompt's K samples in one) the DPO pairs (best vs worst of each prompt) or the
-        RLOO / PPO rows (the loop weighs each by OnlineObjective.units). The step's metrics, of its
-        whole mini-batch, wait in `step_metrics` for on_step (`waited`: the seconds this step
-        waited for the round). `evaluate`: TrainingLoop.evaluate, for PPO's critic values."""
+        RLOO / PPO / GRPO rows (the loop weighs each by OnlineObjective.units). The step's
+        metrics, of its whole mini-batch, wait in `step_metrics` for on_step (`waited`: the
+        seconds this step waited for the round). `evaluate`: TrainingLoop.evaluate, for PPO's
+        critic values."""
         _, part = self.schedule.round_of(step)
         k = self.settings.samples_per_prompt
         per_step = self.settings.prompts_per_step * k
@@ -207,15 +210,19 @@ class Learner:
             for row in rows
         ]
         ref_tokens = None
-        if self.settings.loss == "ppo":
+        if self.settings.loss in ("ppo", "grpo"):
             ref_tokens = self._reference(seqs, token_logps)
             ref = [sum(values) for values in ref_tokens]
         else:
             ref = self._reference(seqs, summed_logps)
+        # GRPO's advantages are the step's: a `batch` scale spans its micro-batches
+        targets = self._group_targets(rows) if self.settings.loss == "grpo" else None
         size = self.settings.micro_batch_prompts * k
         spans = [slice(i, i + size) for i in range(0, len(rows), size)]
         batches = [
-            self._micro_batch(rows[s], seqs[s], ref[s], ref_tokens[s] if ref_tokens else None)
+            self._micro_batch(
+                rows[s], seqs[s], ref[s], ref_tokens[s] if ref_tokens else None, targets, s
+            )
             for s in spans
         ]
         if self.settings.loss == "ppo":
@@ -226,6 +233,8 @@ class Learner:
             ppo = online_ppo_settings(self.settings.beta, self.settings.clip)
             add_ppo_targets(batches, values, ppo)
         self.step_metrics = self._metrics(payload, step, rows, ref, seqs, waited)
+        if targets is not None:
+            self.step_metrics.update(targets.signals)
         # the step's batch: reference log-probs, pairs or rows, PPO's critic values
         self.step_metrics["reference_seconds"] = time.perf_counter() - t0
         return batches
@@ -237,23 +246,39 @@ class Learner:
         with self.reference.evaluating() as reference:
             return gathered_over_processes(lambda part: logps(reference, part, pad), seqs)
 
+    def _group_targets(self, rows: list[dict]) -> GroupTargets:
+        """The GRPO family's advantages of a step's samples (and which of them train)."""
+        return group_targets(
+            [row["reward"] for row in rows],
+            [row["finish_reason"] in TRUNCATED for row in rows],
+            [row["num_tokens"] for row in rows],
+            self.settings.samples_per_prompt,
+            self.settings.grpo,
+        )
+
     def _micro_batch(
         self,
         rows: list[dict],
         seqs: list[MaskedSequence],
         ref: list[float],
         ref_tokens: list[list[float]] | None,
+        targets: GroupTargets | None,
+        span: slice,
     ) -> dict:
-        """The DPO pairs, RLOO rows or PPO rows of whole prompts' samples, with the
-        reference's log-probs of those rows (summed; per token for PPO)."""
+        """The DPO pairs, RLOO, PPO or GRPO rows of whole prompts' samples (`span` of the
+        step's), with the reference's log-probs of those rows (summed; per token for PPO and
+        GRPO) and GRPO's advantages (`targets`, the step's)."""
         pad = self.tokenizer.pad_token_id
         rewards = [row["reward"] for row in rows]
         if self.settings.loss == "dpo":
             pairs, _, _ = best_worst_pairs(rewards, self.settings.samples_per_prompt)
             return dpo_batch(seqs, ref, pairs, pad)
+        old = [row.get("behaviour_token_logps") for row in rows]
         if self.settings.loss == "ppo":
-            old = [row["behaviour_token_logps"] for row in rows]
             return ppo_batch(seqs, old, ref_tokens, rewards, pad)
+        if targets is not None:
+            advantages, trained = targets.advantages[span], targets.trained[span]
+            return grpo_batch(seqs, old, ref_tokens, advantages, trained, pad)
         behaviour = [row["behaviour_logp"] for row in rows]
         return rloo_batch(seqs, ref, behaviour, rewards, pad)
 

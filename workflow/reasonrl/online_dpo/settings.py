@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reasonrl.errors import ReasonRLError
 from reasonrl.generation import SamplingParams
 from reasonrl.online_dpo.actors import Schedule
+from reasonrl.training.grpo import GRPOSettings
 from reasonrl.training.loop import LoopSettings
 
 
 @dataclass(frozen=True)
 class OnlineDPOSettings:
     mode: str  # sync or async
-    loss: str  # dpo, rloo or ppo
+    loss: str  # dpo, rloo, ppo or grpo
     reward: str  # oracle, rm or combined
     off_policy: int  # N, mini-batches (optimizer steps) per generation round
     prompts_per_step: int
@@ -29,11 +31,20 @@ class OnlineDPOSettings:
     # The loop's settings but its grad_accum (1 here): that is the share of a step's
     # micro-batches per process, which only the job knows (learner.loop_settings).
     loop: LoopSettings
+    grpo: GRPOSettings | None = None  # the variant's grpo keys, where its loss is grpo
 
     @classmethod
-    def from_section(cls, section: dict, seed: int) -> OnlineDPOSettings:
-        """`section`: online_dpo with the variant's keys; `seed`: the config's."""
+    def from_section(
+        cls, section: dict, seed: int, max_tokens: int | None = None
+    ) -> OnlineDPOSettings:
+        """`section`: online_dpo with the variant's keys; `seed`: the config's; `max_tokens`:
+        rollout.max_total_tokens (loss grpo: Dr. GRPO's constant, DAPO's overlong length)."""
         loop = {**section, "max_steps": section["steps"], "grad_accum": 1, "weight_decay": 0.0}
+        grpo = None
+        if section["loss"] == "grpo":
+            if max_tokens is None:
+                raise ReasonRLError("online_dpo: loss grpo needs rollout.max_total_tokens")
+            grpo = GRPOSettings.from_section(section["grpo"], section["clip"], max_tokens)
         return cls(
             mode=section["mode"],
             loss=section["loss"],
@@ -49,6 +60,7 @@ class OnlineDPOSettings:
             critic_lr=section["critic_lr"],
             max_length=section["max_length"],
             loop=LoopSettings.from_config(loop, seed),
+            grpo=grpo,
         )
 
     @property

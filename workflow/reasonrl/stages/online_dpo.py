@@ -62,7 +62,8 @@ def online_dpo(
     main = is_main_process()
     variant = online_variant(config, variant_name)
     section = {**config["online_dpo"], **variant}
-    online = OnlineDPOSettings.from_section(section, config["seed"])
+    max_tokens = config["rollout"]["max_total_tokens"]
+    online = OnlineDPOSettings.from_section(section, config["seed"], max_tokens)
     sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
     SequenceScorer.check(online.reward, reward_model, "online_dpo.reward")
     inputs = [model_path, train_path] + ([reward_model] if reward_model else [])
@@ -113,7 +114,7 @@ def online_dpo(
             model = PolicyCritic(model, "shared", online.loop.lr, online.critic_lr)
         settings = loop_settings(online)
         objective = OnlineObjective(
-            online.loss, online.beta, online.clip, online.samples_per_prompt
+            online.loss, online.beta, online.clip, online.samples_per_prompt, online.grpo
         )
         # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out
         # (also when called without the CLI, which does the same).

@@ -24,6 +24,8 @@ import torch
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.sequences import MaskedSequence, pad_sequences, sequence_logps
+from reasonrl.training.grpo import GRPOSettings, grpo_loss
+from reasonrl.training.grpo import units as grpo_units
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOSettings,
@@ -154,8 +156,9 @@ def online_ppo_loss(
 
 class OnlineObjective:
     """loss_fn(model, batch) for the shared loop: "dpo" (best/worst pairs, PreferenceObjective
-    with M-DPO masks and cached SFT reference log-probs), "rloo" (Proximal RLOO) or "ppo"
-    (the model a PolicyCritic; one PPO epoch per mini-batch, as in the paper).
+    with M-DPO masks and cached SFT reference log-probs), "rloo" (Proximal RLOO), "ppo"
+    (the model a PolicyCritic; one PPO epoch per mini-batch, as in the paper) or "grpo" (the
+    GRPO family, reasonrl.training.grpo, with `grpo`'s options).
 
     A batch is one micro-batch of a step (whole prompts: a prompt's pair or K samples in one);
     each loss is a mean over its pairs, rows or action tokens (`units`, the loop's
@@ -163,16 +166,24 @@ class OnlineObjective:
     prompt tied) trains nothing.
     """
 
-    def __init__(self, loss: str, beta: float, clip: float, k: int):
+    def __init__(
+        self, loss: str, beta: float, clip: float, k: int, grpo: GRPOSettings | None = None
+    ):
+        if (loss == "grpo") != (grpo is not None):
+            raise ReasonRLError("online_dpo: the grpo options go with loss grpo, and only with it")
         self.loss = loss
         self.beta = beta
         self.clip = clip
         self.k = k
         self.dpo = PreferenceObjective(LossSettings(name="mdpo", beta=beta))
         self.ppo = online_ppo_settings(beta, clip)
+        self.grpo = grpo
 
     def units(self, batch: dict) -> float:
-        """What this loss is a mean over in `batch` (loss_normaliser)."""
+        """What this loss is a mean over in `batch` (loss_normaliser; the GRPO family's
+        aggregation says for grpo)."""
+        if self.grpo is not None:
+            return grpo_units(batch, self.grpo)
         return loss_normaliser(self.loss, batch)
 
     def __call__(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
@@ -182,6 +193,8 @@ class OnlineObjective:
             return self.dpo(model, batch)
         if self.loss == "ppo":
             return online_ppo_loss(model, batch, self.ppo)
+        if self.grpo is not None:
+            return grpo_loss(model, batch, self.grpo)
         logps, _ = sequence_logps(model, batch)
         loss, stats = proximal_rloo_loss(
             logps,
