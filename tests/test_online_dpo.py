@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -218,9 +219,81 @@ def _sample_round(
     spec = _spec({**config, "seed": seed}, Path(""), problems, Schedule(1, 1, False))
     scorer = SequenceScorer("oracle", None, "float32", "online_dpo.reward")
     engine = HFEngine(policy, tokenizer, batch_size=64)
-    rows = sample_round(engine, Sandbox.from_config(config["sandbox"]), scorer, spec, 0)
-    payload = {"version": 0, "rows": rows, "gen_seconds": 0.0}
+    rows, sampling = sample_round(engine, Sandbox.from_config(config["sandbox"]), scorer, spec, 0)
+    payload = {"version": 0, "rows": rows, "sampling": sampling, "gen_seconds": 0.0}
     return {**payload, "weight_wait_seconds": 0.0, "weight_load_seconds": 0.0}
+
+
+class _ParityScorer:
+    """A scorer whose groups are mixed (rewards 1, 0, ...) for problems of even parity and
+    tied (all 0) for the others: which groups dynamic sampling must keep is known."""
+
+    @staticmethod
+    def mixed(problem_id: str) -> bool:
+        return int(hashlib.md5(problem_id.encode()).hexdigest(), 16) % 2 == 0
+
+    def __call__(self, rows: list[dict]) -> tuple[list[float], None]:
+        first = [
+            i == 0 or rows[i - 1]["problem_id"] != row["problem_id"] for i, row in enumerate(rows)
+        ]
+        return [
+            float(f and self.mixed(r["problem_id"])) for f, r in zip(first, rows, strict=True)
+        ], None
+
+
+def _dynamic_round(setup: tuple[dict, Path], grpo: dict) -> tuple[list[dict], dict, list[str]]:
+    """Round 0 of 4 prompts x 2 samples by the tiny policy under `grpo`'s keys, scored by
+    _ParityScorer: (rows, the round's sampling counts, the round's own prompt ids)."""
+    from reasonrl.generation.hf import HFEngine
+    from reasonrl.models import load_policy
+    from reasonrl.online_dpo.actors import round_problems, sample_round
+    from reasonrl.sandbox import Sandbox
+
+    config, folder = setup
+    variant = {"name": "g", "loss": "grpo", "grpo": grpo}
+    keys = validate_config({"online_dpo": {"variants": [variant]}})["online_dpo"]["variants"][0]
+    online = {**config["online_dpo"], **keys, "prompts_per_step": 4, "samples_per_prompt": 2}
+    config = {**config, "online_dpo": online, "seed": 0}
+    spec = _spec(config, Path(""), _problems(folder), Schedule(1, 1, False))
+    policy, tokenizer = load_policy(folder / "policy")
+    engine = HFEngine(policy, tokenizer, batch_size=64)
+    sandbox = Sandbox.from_config(config["sandbox"])
+    rows, counts = sample_round(engine, sandbox, _ParityScorer(), spec, 0)
+    return rows, counts, [p["id"] for p in round_problems(spec, 0)]
+
+
+def test_dynamic_sampling_drops_tied_groups_and_refills_the_round(online_setup):
+    """DAPO's dynamic sampling: the round keeps its own mixed groups first, in order, then
+    mixed groups of refill batches until it has its size; every tied group it met is counted
+    as dropped. Without it the round is its own prompts, tied or not."""
+    rows, counts, own = _dynamic_round(
+        online_setup, {"dynamic_sampling": True, "max_sampling_batches": 20}
+    )
+    groups = [rows[i : i + 2] for i in range(0, len(rows), 2)]
+    ids = [g[0]["problem_id"] for g in groups]
+    assert len(groups) == 4 and all(g[0]["reward"] != g[1]["reward"] for g in groups)
+    mixed_own = [p for p in own if _ParityScorer.mixed(p)]
+    assert ids[: len(mixed_own)] == mixed_own and len(mixed_own) < 4  # the round was refilled
+    assert counts["sampling_batches"] >= 2 and counts["tied_groups_kept"] == 0
+    assert counts["tied_groups_dropped"] >= len(own) - len(mixed_own)
+
+    plain, plain_counts, own = _dynamic_round(online_setup, {})
+    assert [r["problem_id"] for r in plain[::2]] == own and plain_counts == {
+        "sampling_batches": 1.0
+    }
+
+
+def test_dynamic_sampling_keeps_tied_groups_when_its_batches_run_out(online_setup):
+    rows, counts, own = _dynamic_round(
+        online_setup, {"dynamic_sampling": True, "max_sampling_batches": 1}
+    )
+    mixed_own = [p for p in own if _ParityScorer.mixed(p)]
+    assert [r["problem_id"] for r in rows[::2]][: len(mixed_own)] == mixed_own
+    assert counts == {
+        "sampling_batches": 1.0,
+        "tied_groups_dropped": 0.0,
+        "tied_groups_kept": float(4 - len(mixed_own)),
+    }
 
 
 def _logged_kl(setup: tuple[dict, Path], payload: dict, reference, tokenizer) -> float:

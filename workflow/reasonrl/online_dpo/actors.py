@@ -84,13 +84,18 @@ class GeneratorSpec:
     visible_devices: str | None = None
 
 
-def round_problems(spec: GeneratorSpec, round_no: int) -> list[dict]:
+def round_problems(spec: GeneratorSpec, round_no: int, batch: int = 0) -> list[dict]:
     """The prompts of a round: N x prompts_per_step from a seeded order of the train split,
-    cycling when the rounds outnumber it."""
+    cycling when the rounds outnumber it. `batch` > 0: the round's refill batch of that
+    number (the GRPO family's dynamic sampling), as many prompts drawn from the split by a
+    seed of the round and the batch."""
     import random
 
     count = spec.schedule.minibatches_per_round * spec.settings.prompts_per_step
     order = list(range(len(spec.problems)))
+    if batch:
+        draw = random.Random(f"{spec.settings.seed}-refill-{round_no}-{batch}")
+        return [spec.problems[draw.choice(order)] for _ in range(count)]
     random.Random(spec.settings.seed).shuffle(order)
     start = round_no * count
     return [spec.problems[order[(start + i) % len(order)]] for i in range(count)]
@@ -124,7 +129,7 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
             # Only after a resume: the weights of `need` are gone; the round says what it used.
             log.warning("round %d: sampling with version %d (wanted %d)", round_no, version, need)
         t0 = time.perf_counter()
-        rows = sample_round(engine, sandbox, scorer, spec, round_no)
+        rows, counts = sample_round(engine, sandbox, scorer, spec, round_no)
         data.put(
             (
                 "round",
@@ -132,6 +137,7 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
                     "round": round_no,
                     "version": version,
                     "rows": rows,
+                    "sampling": counts,
                     "gen_seconds": time.perf_counter() - t0,
                     "weight_wait_seconds": waited,
                     "weight_load_seconds": loading,
@@ -142,25 +148,63 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
             return
 
 
-def sample_round(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int) -> list[dict]:
+def sample_round(
+    engine, sandbox, scorer, spec: GeneratorSpec, round_no: int
+) -> tuple[list[dict], dict]:
     """K tool-loop samples per prompt of the round (prompt-major), graded and scored by
     `scorer`, with their log-probs under the sampling policy (the denominator of Proximal
-    RLOO's ratio) taken on the token ids it sampled."""
+    RLOO's ratio) taken on the token ids it sampled; and the round's sampling counts.
+
+    Under the GRPO family's dynamic sampling (DAPO) a group whose rewards all tie (no policy
+    gradient) is dropped and the round refilled from further batches of prompts
+    (round_problems' refill batches), up to grpo.max_sampling_batches batches in all; a round
+    still short then keeps tied groups, first drawn first, to its size."""
+    settings = spec.settings
+    grpo = settings.grpo
+    if grpo is None or not grpo.dynamic_sampling:
+        return _sampled(engine, sandbox, scorer, spec, round_no, 0), {"sampling_batches": 1.0}
+    from reasonrl.training.grpo import overlong_penalty, tied
+
+    k = settings.samples_per_prompt
+    size = spec.schedule.minibatches_per_round * settings.prompts_per_step
+    kept: list[list[dict]] = []
+    ties: list[list[dict]] = []
+    batches = 0
+    while len(kept) < size and batches < grpo.max_sampling_batches:
+        rows = _sampled(engine, sandbox, scorer, spec, round_no, batches)
+        batches += 1
+        for start in range(0, len(rows), k):
+            group = rows[start : start + k]
+            shaped = [r["reward"] + overlong_penalty(r["num_tokens"], grpo) for r in group]
+            (ties if tied(shaped) else kept).append(group)
+    groups = (kept + ties)[:size]
+    tied_kept = len(groups) - min(len(kept), size)
+    counts = {
+        "sampling_batches": float(batches),
+        "tied_groups_dropped": float(len(ties) - tied_kept),
+        "tied_groups_kept": float(tied_kept),
+    }
+    return [row for group in groups for row in group], counts
+
+
+def _sampled(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int, batch: int) -> list[dict]:
+    """One batch of a round's samples (batch 0: the round's prompts; then refills)."""
     from reasonrl.rollout import run_rollouts
     from reasonrl.sequences import sampled_trajectory
     from reasonrl.training.online_dpo import sample_reward
 
     settings = spec.settings
-    params = replace(settings.sampling, seed=settings.seed * 1_000_003 + round_no)
+    seed = settings.seed * 1_000_003 + round_no
+    params = replace(settings.sampling, seed=seed if not batch else seed * 7 + batch)
     rows = run_rollouts(
         engine,
-        round_problems(spec, round_no),
+        round_problems(spec, round_no, batch),
         spec.style,
         settings.samples_per_prompt,
         params,
         spec.rollout,
         sandbox,
-        policy=f"round{round_no}",
+        policy=f"round{round_no}" if not batch else f"round{round_no}-refill{batch}",
     )
     seqs = [
         sampled_trajectory(

@@ -317,6 +317,9 @@ class Learner:
             "policy_version": float(version),
             "lag": float(step - version),
             "round": float(round_no),
+            # the round's sampling (dynamic sampling's batches and tied groups), on its first
+            # step as its generation time
+            **{key: value if part == 0 else 0.0 for key, value in payload["sampling"].items()},
             "gen_seconds": payload["gen_seconds"] if part == 0 else 0.0,
             "generator_weight_wait_seconds": payload["weight_wait_seconds"] if part == 0 else 0.0,
             "weight_load_seconds": payload["weight_load_seconds"] if part == 0 else 0.0,

@@ -52,6 +52,8 @@ class GRPOSettings:
     max_tokens: int = 2048  # Dr. GRPO's constant: the most tokens a sample may generate
     overlong: str = "none"  # none, filter (capped samples train nothing) or soft (DAPO)
     overlong_buffer: int = 0  # DAPO's L_cache: the soft penalty's ramp, in tokens
+    dynamic_sampling: bool = False  # DAPO: drop tied groups, refill the round
+    max_sampling_batches: int = 3  # a round's batches of prompts at most (the first included)
 
     def __post_init__(self) -> None:
         for key, value, allowed in (
@@ -81,6 +83,8 @@ class GRPOSettings:
             max_tokens=max_tokens,
             overlong=grpo["overlong"],
             overlong_buffer=grpo["overlong_buffer"],
+            dynamic_sampling=grpo["dynamic_sampling"],
+            max_sampling_batches=grpo["max_sampling_batches"],
         )
 
 
@@ -94,6 +98,11 @@ def overlong_penalty(tokens: int, settings: GRPOSettings) -> float:
     if tokens <= free:
         return 0.0
     return max(-1.0, (free - tokens) / settings.overlong_buffer)
+
+
+def tied(rewards: list[float]) -> bool:
+    """Whether a group's rewards all tie: its advantages are all 0 (no policy gradient)."""
+    return all(r == rewards[0] for r in rewards)
 
 
 def group_advantages(rewards: torch.Tensor, k: int, scale: str) -> torch.Tensor:
