@@ -555,6 +555,55 @@ def rm_config() -> dict:
     )
 
 
+def test_reward_model_settings_are_the_section_typed(monkeypatch):
+    """The stages read RewardModelSettings, typed once from the reward_models section: each
+    field is the section's, the sampling its temperature and top_p, and the trainers' loop
+    settings those of train (max_steps, or train.epochs' passes over the rows)."""
+    from dataclasses import asdict, replace
+
+    from reasonrl.config import validate_config
+    from reasonrl.rewards.settings import RewardModelSettings
+    from reasonrl.rewards.trainers import loop_settings
+    from reasonrl.training.loop import LoopSettings
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    given = {
+        "style": "cot",
+        "prompts": 7,
+        "samples_per_prompt": 3,
+        "bt_pairs": "all",
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "step_splitter": "regex",
+        "split_pattern": r"\n",
+        "annotation": {"solutions_per_prompt": 2, "completions": 3},
+        "mutation": {"max_problems": 5, "kinds": ["swap_args"], "cpu_seconds": 2},
+        "train": {"max_steps": 9, "batch_size": 2, "grad_accum": 3, "lr": 1e-4},
+        "best_of_n": {"n": [1, 8], "max_problems": 4},
+        "hgs": {"max_bandwidth": 2, "neutral_band": [0.2, 0.6], "filter_samples": 3},
+    }
+    section = validate_config({"reward_models": given})["reward_models"]
+    settings = RewardModelSettings.from_section(section, 5)
+    scalars = ["style", "prompts", "samples_per_prompt", "bt_pairs", "heldout_fraction"]
+    for key in [*scalars, "step_splitter", "split_pattern"]:
+        assert getattr(settings, key) == section[key]
+    assert settings.seed == 5
+    assert settings.sampling == SamplingParams.from_section(section, 5)
+    assert asdict(settings.annotation) == section["annotation"]
+    assert asdict(settings.mutation) == {**section["mutation"], "kinds": ("swap_args",)}
+    assert asdict(settings.best_of_n) == {"n": (1, 8), "max_problems": 4}
+    hgs = {k: v for k, v in section["hgs"].items() if k != "tasks"}  # the DAG's, not a stage's
+    assert asdict(settings.hgs) == {**hgs, "neutral_band": (0.2, 0.6)}
+    train = section["train"]
+    assert (settings.train.batch_size, settings.train.max_length) == (2, train["max_length"])
+    assert loop_settings(settings.train, 100) == LoopSettings.from_config(train, 5)
+    by_epochs = {**section, "train": {**train, "epochs": 2}}
+    steps = round(2 * 100 / (2 * 3))  # 2 passes over 100 rows, 2 x 3 rows a step
+    assert loop_settings(RewardModelSettings.from_section(by_epochs, 5).train, 100) == replace(
+        LoopSettings.from_config(train, 5), max_steps=steps
+    )
+
+
 @pytest.mark.parametrize("kind", ["bt", "orm", "prm"])
 def test_train_reward_model_writes_model_metrics_and_heldout(
     tiny_policy, rm_inputs, tmp_path, kind

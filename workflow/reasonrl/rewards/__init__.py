@@ -9,4 +9,5 @@ models: reward-model training examples, held-out metrics, loading a trained one.
 trainers: training a BT-RM, ORM or PRM through the shared loop (losses in training.reward and
 training.lm_loss; the `train-reward-model` stage in stages.reward_models).
 reranking: every reward model's score of every sampled solution (best-of-N).
+settings: the reward_models section typed, once at each stage (RewardModelSettings).
 """

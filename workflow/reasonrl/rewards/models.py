@@ -85,13 +85,18 @@ def heldout_split(rows: list[dict], fraction: float, seed: int) -> tuple[list[di
     ]
 
 
-def orm_rows(problems: dict[str, dict], samples: list[dict], section: dict) -> list[dict]:
-    """One ORM example per sampled solution: its steps and the outcome label."""
+def orm_rows(
+    problems: dict[str, dict], samples: list[dict], splitter: str, pattern: str
+) -> list[dict]:
+    """One ORM example per sampled solution: its steps (solution_step_texts) and the outcome
+    label."""
     return [
         {
             "problem_id": s["problem_id"],
             "question": problems[s["problem_id"]]["question"],
-            "steps": solution_step_texts(problems[s["problem_id"]], s["messages"], section),
+            "steps": solution_step_texts(
+                problems[s["problem_id"]], s["messages"], splitter, pattern
+            ),
             "label": POSITIVE if s["correct"] else NEGATIVE,
         }
         for s in samples

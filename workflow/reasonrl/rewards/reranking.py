@@ -14,18 +14,25 @@ from reasonrl.rewards.scoring import (
     step_classes,
     step_goodness,
 )
+from reasonrl.rewards.settings import RewardModelSettings
 from reasonrl.rewards.steps import solution_step_texts
 
 
 def score_samples(
-    config: dict, problems: dict[str, dict], rows: list[dict], models: dict[str, str]
+    settings: RewardModelSettings,
+    dtype: str,
+    problems: dict[str, dict],
+    rows: list[dict],
+    models: dict[str, str],
 ) -> list[dict]:
-    """Every reward model's score of every sampled solution, and the PRM's step verdicts."""
-    section, dtype = config["reward_models"], config["policy"]["dtype"]
+    """Every reward model's score of every sampled solution, and the PRM's step verdicts
+    (`settings`: the steps' splitter and the neutral band; `dtype`: the policy's, the reward
+    models are loaded in it)."""
+    split = settings.step_splitter, settings.split_pattern
     items = [
         (
             problems[r["problem_id"]]["question"],
-            solution_step_texts(problems[r["problem_id"]], r["messages"], section),
+            solution_step_texts(problems[r["problem_id"]], r["messages"], *split),
         )
         for r in rows
     ]
@@ -54,5 +61,5 @@ def score_samples(
                 goodness = step_goodness(p, labels)
                 for how in AGGREGATIONS:
                     s["scores"][f"prm-{how}"] = aggregate(goodness, how)
-                s["step_labels"] = step_classes(p, labels, section["hgs"]["neutral_band"])
+                s["step_labels"] = step_classes(p, labels, settings.hgs.neutral_band)
     return scored

@@ -128,11 +128,14 @@ def solution_code(messages: list[dict]) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def solution_step_texts(problem: dict, messages: list[dict], section: dict) -> list[str]:
+def solution_step_texts(
+    problem: dict, messages: list[dict], splitter: str, pattern: str
+) -> list[str]:
     """The step texts a PRM scores for a sampled solution of `problem`.
 
     Code tasks: the lines of the function (lines already in the prompt are not steps);
-    math tasks: `trajectory_steps` with the configured splitter.
+    math tasks: `trajectory_steps` with the configured splitter (reward_models.step_splitter,
+    split_pattern).
     """
     if is_code_task(problem):
         code = solution_code(messages)
@@ -141,7 +144,7 @@ def solution_step_texts(problem: dict, messages: list[dict], section: dict) -> l
         prompt_lines = set(code_lines(problem["code"]["prompt"]))
         lines = [line for line in code_lines(code) if line not in prompt_lines]
         return lines or ["(empty)"]
-    steps = trajectory_steps(messages, section["step_splitter"], section["split_pattern"])
+    steps = trajectory_steps(messages, splitter, pattern)
     return [s.text for s in steps] or ["(empty)"]
 
 

@@ -5,12 +5,15 @@ policy answers "+"/"-" (or "~") after the solution / after each step, the masked
 those answers. Each returns (model, tokenizer, loop result, info, held-out metrics); `run` is
 the stage's TrainingRun (stages._train): its loop call, so checkpoints and resume are its, and
 its LoRA adapters (the section's `lora`), with the BT model's fresh score head trained in full.
+Each takes the stage's RewardModelSettings (its train part with the job's grad_accum) and the
+policy's dtype.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 import torch
@@ -32,10 +35,11 @@ from reasonrl.rewards.scoring import (
     label_probabilities,
     label_token_ids,
 )
+from reasonrl.rewards.settings import RewardModelSettings, RewardTrainSettings
 from reasonrl.rewards.steps import NEGATIVE, POSITIVE, orm_messages
 from reasonrl.training.data import MicroBatches
 from reasonrl.training.lm_loss import masked_lm_loss, target_tokens
-from reasonrl.training.loop import LoopSettings, steps_for_epochs, with_accumulation
+from reasonrl.training.loop import LoopSettings, steps_for_epochs
 from reasonrl.training.reward import PairBatches, bradley_terry_loss
 
 log = logging.getLogger(__name__)
@@ -62,48 +66,59 @@ class Run(Protocol):
         """from_pretrained's keywords for the model the run trains (a quantized base)."""
 
 
-def loop_settings(section: dict, seed: int, rows: int) -> LoopSettings:
+# What every trainer returns: the trained model, its tokenizer, the loop's result, the info
+# the model's folder keeps and the held-out metrics.
+TrainerOutput = tuple[torch.nn.Module, object, dict, dict, dict]
+
+
+def loop_settings(train: RewardTrainSettings, rows: int) -> LoopSettings:
     """The shared loop's settings of a reward model trained on `rows` rows (pairs or
     solutions): train.max_steps, or the steps of train.epochs passes over them."""
-    train = with_accumulation(section["train"], "reward_models.train")
-    steps = train["max_steps"]
-    if train["epochs"] is not None:
-        steps = steps_for_epochs(train["epochs"], rows, train["batch_size"], train["grad_accum"])
-    names = LoopSettings.__dataclass_fields__.keys() - {"seed", "max_steps"}
-    return LoopSettings(seed=seed, max_steps=steps, **{k: train[k] for k in names})
+    if train.epochs is None:
+        return train.loop
+    steps = steps_for_epochs(train.epochs, rows, train.batch_size, train.loop.grad_accum)
+    return replace(train.loop, max_steps=steps)
 
 
-def train_bt(config, model_path, problems, train_rows, held_rows, run: Run):
-    section, seed = config["reward_models"], config["seed"]
+def train_bt(
+    settings: RewardModelSettings,
+    dtype: str,
+    model_path: str,
+    problems: dict[str, dict],
+    train_rows: list[dict],
+    held_rows: list[dict],
+    run: Run,
+) -> TrainerOutput:
+    seed = settings.seed
     tokenizer = load_tokenizer(model_path)
     torch.manual_seed(seed)  # the scalar head is initialised afresh: seeded, so reruns agree
     model = from_pretrained(
         AutoModelForSequenceClassification,
         model_path,
         num_labels=1,
-        dtype=DTYPES[config["policy"]["dtype"]],
-        **placed(run.load_options(config["policy"]["dtype"])),
+        dtype=DTYPES[dtype],
+        **placed(run.load_options(dtype)),
     )
     model.config.pad_token_id = tokenizer.pad_token_id
     model = run.adapt(model, "SEQ_CLS", trainable=("score",))  # the head learns from scratch
-    max_length = section["train"]["max_length"]
+    max_length = settings.train.max_length
 
     def encode(messages: list[dict]) -> list[int]:
         ids = tokenizer(render(tokenizer, messages), add_special_tokens=False)["input_ids"]
         return ids[-max_length:]  # keep the end: the head reads the last token
 
-    selection = section["bt_pairs"]
+    selection = settings.bt_pairs
     train_pairs, ties = preference_pairs(train_rows, selection, seed)
     held_pairs, held_ties = preference_pairs(held_rows, selection, seed) if held_rows else ([], 0)
     if train_pairs:
         batches = PairBatches(
             [(encode(p["chosen"]), encode(p["rejected"])) for p in train_pairs],
-            section["train"]["batch_size"],
+            settings.train.batch_size,
             tokenizer.pad_token_id,
             seed,
         )
-        settings = loop_settings(section, seed, len(train_pairs))
-        result = run.fit(model, batches, bradley_terry_loss, settings)
+        loop = loop_settings(settings.train, len(train_pairs))
+        result = run.fit(model, batches, bradley_terry_loss, loop)
     else:
         # No prompt gave a pair (e.g. a policy that never solves anything):
         # no preference to learn. The untrained head is still written, and the metrics say
@@ -122,30 +137,42 @@ def train_bt(config, model_path, problems, train_rows, held_rows, run: Run):
 
 
 def _train_label_model(
-    config, model_path, encode: Callable[[object, int], list[TokenizedChat]], run: Run
-):
+    settings: RewardModelSettings,
+    dtype: str,
+    model_path: str,
+    encode: Callable[[object, int], list[TokenizedChat]],
+    run: Run,
+) -> tuple[torch.nn.Module, object, dict]:
     """Train the policy on the examples `encode(tokenizer, max_length)` makes."""
-    section, seed = config["reward_models"], config["seed"]
-    model, tokenizer = run.load_policy(model_path, config["policy"]["dtype"])
-    samples = encode(tokenizer, section["train"]["max_length"])
+    train = settings.train
+    model, tokenizer = run.load_policy(model_path, dtype)
+    samples = encode(tokenizer, train.max_length)
     batches = MicroBatches(
-        samples, section["train"]["batch_size"], tokenizer.pad_token_id, seed, False, 0
+        samples, train.batch_size, tokenizer.pad_token_id, settings.seed, False, 0
     )
-    settings = loop_settings(section, seed, len(samples))
-    result = run.fit(model, batches, masked_lm_loss, settings, loss_units=target_tokens)
+    loop = loop_settings(train, len(samples))
+    result = run.fit(model, batches, masked_lm_loss, loop, loss_units=target_tokens)
     return result["model"].eval(), tokenizer, result
 
 
-def train_orm(config, model_path, problems, train_rows, held_rows, run: Run):
-    section = config["reward_models"]
-    train_examples = orm_rows(problems, train_rows, section)
+def train_orm(
+    settings: RewardModelSettings,
+    dtype: str,
+    model_path: str,
+    problems: dict[str, dict],
+    train_rows: list[dict],
+    held_rows: list[dict],
+    run: Run,
+) -> TrainerOutput:
+    split = settings.step_splitter, settings.split_pattern
+    train_examples = orm_rows(problems, train_rows, *split)
     chats = [orm_messages(e["question"], e["steps"], e["label"]) for e in train_examples]
 
     def encode(tokenizer, max_length: int) -> list[TokenizedChat]:
         return [label_only_chat(tokenizer, m, max_length) for m in chats]
 
-    model, tokenizer, result = _train_label_model(config, model_path, encode, run)
-    held = orm_rows(problems, held_rows, section)
+    model, tokenizer, result = _train_label_model(settings, dtype, model_path, encode, run)
+    held = orm_rows(problems, held_rows, *split)
     heldout = {"solutions": len(held), "accuracy": None}
     if held:
         ids = label_token_ids(tokenizer, (POSITIVE, NEGATIVE))
@@ -163,7 +190,15 @@ def train_orm(config, model_path, problems, train_rows, held_rows, run: Run):
     return model, tokenizer, result, info, heldout
 
 
-def train_prm(config, model_path, problems, train_rows, held_rows, run: Run):
+def train_prm(
+    settings: RewardModelSettings,
+    dtype: str,
+    model_path: str,
+    problems: dict[str, dict],
+    train_rows: list[dict],
+    held_rows: list[dict],
+    run: Run,
+) -> TrainerOutput:
     labels = prm_label_set(train_rows + held_rows)
 
     def encode(tokenizer, max_length: int) -> list[TokenizedChat]:
@@ -172,7 +207,7 @@ def train_prm(config, model_path, problems, train_rows, held_rows, run: Run):
             for r in train_rows
         ]
 
-    model, tokenizer, result = _train_label_model(config, model_path, encode, run)
+    model, tokenizer, result = _train_label_model(settings, dtype, model_path, encode, run)
     heldout = {"steps": 0, "per_label": None}
     if held_rows:
         heldout = prm_step_metrics(model, tokenizer, held_rows, labels)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from functools import cache
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from reasonrl.rewards.models import (
 )
 from reasonrl.rewards.mutation import mutation_rows
 from reasonrl.rewards.reranking import score_samples
+from reasonrl.rewards.settings import RewardModelSettings
 from reasonrl.rewards.step_truth import annotation_label_quality
 from reasonrl.rewards.steps import (
     from_rlhflow,
@@ -49,6 +50,7 @@ from reasonrl.stats import tables
 from reasonrl.stats.tables import frame, markdown
 from reasonrl.tasks import is_code_task
 from reasonrl.tasks.grading import extract_answer, normalize_answer
+from reasonrl.training.loop import with_accumulation
 from reasonrl.training.lora import LoraSettings
 
 log = logging.getLogger(__name__)
@@ -68,14 +70,20 @@ def _shards(
     return ShardStore(out_dir, fingerprint(stage, config, provenance.hashes), split)
 
 
+def _settings(config: dict) -> RewardModelSettings:
+    """The reward_models section typed, once at a stage (train_reward_model types it with its
+    job's grad_accum)."""
+    return RewardModelSettings.from_section(config["reward_models"], config["seed"])
+
+
 def sample_rm_data(
     config: dict, model: str, problems_path: str, out_dir: str, split: Split = ONE_JOB
 ) -> dict:
     """`samples_per_prompt` SFT samples for each of the first `prompts` train problems (or, as
     a part job of `split`, its share of the shards)."""
-    section, seed = config["reward_models"], config["seed"]
+    settings, seed = _settings(config), config["seed"]
     provenance = Provenance("sample-rm-data", config, [model, problems_path], seed)
-    problems = read_jsonl(problems_path, schema="problem")[: section["prompts"]]
+    problems = read_jsonl(problems_path, schema="problem")[: settings.prompts]
     if not problems:
         raise ReasonRLError(f"{problems_path}: no problems to sample")
     engine = _engine(config, model)
@@ -83,10 +91,10 @@ def sample_rm_data(
     sandbox = Sandbox.from_config(config["sandbox"])
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
-        params = SamplingParams.from_section(section, shard_seed(seed + 11, index))
-        n = section["samples_per_prompt"]
+        params = replace(settings.sampling, seed=shard_seed(seed + 11, index))
+        n = settings.samples_per_prompt
         rows = run_rollouts(
-            engine(), part, section["style"], n, params, limits, sandbox, Path(model).name
+            engine(), part, settings.style, n, params, limits, sandbox, Path(model).name
         )
         return {"rows": rows}
 
@@ -114,7 +122,7 @@ def annotate_prm(
     split: Split = ONE_JOB,
 ) -> dict:
     """Math-Shepherd labels for the first `annotation.solutions_per_prompt` samples per prompt."""
-    section, seed = config["reward_models"], config["seed"]
+    settings, seed = _settings(config), config["seed"]
     provenance = Provenance("annotate-prm", config, [model, problems_path, samples_path], seed)
     problems = {p["id"]: p for p in read_jsonl(problems_path, schema="problem")}
     samples = read_jsonl(samples_path, schema="trajectory")
@@ -123,7 +131,7 @@ def annotate_prm(
         raise ReasonRLError(f"{samples_path}: problem '{unknown[0]}' is not in {problems_path}")
     if any(is_code_task(problems[s["problem_id"]]) for s in samples):
         raise ReasonRLError(f"{samples_path}: code tasks get PRM data from mutate-code-prm")
-    keep = section["annotation"]["solutions_per_prompt"]
+    keep = settings.annotation.solutions_per_prompt
     chosen = [s for s in samples if s["sample"] < keep]
     engine = _engine(config, model)
     sandbox = Sandbox.from_config(config["sandbox"])
@@ -136,10 +144,10 @@ def annotate_prm(
             engine(),
             sandbox,
             limits,
-            section["annotation"]["completions"],
-            SamplingParams.from_section(section, shard_seed(seed + 23, index)),
-            section["step_splitter"],
-            section["split_pattern"],
+            settings.annotation.completions,
+            replace(settings.sampling, seed=shard_seed(seed + 23, index)),
+            settings.step_splitter,
+            settings.split_pattern,
         )
         return {"rows": rows, "stats": [asdict(stats)]}
 
@@ -172,7 +180,7 @@ def annotate_prm(
     if any(row["problem_id"] in arith for row in rows):
         # Precision and recall of "-" against the steps' exact correctness (issue 18 item 2).
         metrics["label_truth"] = annotation_label_quality(
-            arith, chosen, rows, section["step_splitter"], section["split_pattern"]
+            arith, chosen, rows, settings.step_splitter, settings.split_pattern
         )
     write_json(out / "metrics.json", metrics)
     provenance.write(out, {**metrics, **shards.adopted_parts()})
@@ -183,24 +191,23 @@ def annotate_prm(
 
 def mutate_code_prm(config: dict, problems_path: str, out_dir: str) -> dict:
     """Code PRM rows from mutants of the first `mutation.max_problems` reference solutions."""
-    section, seed = config["reward_models"], config["seed"]
+    mutation, seed = _settings(config).mutation, config["seed"]
     provenance = Provenance("mutate-code-prm", config, [problems_path], seed)
     problems = [
         p
         for p in read_jsonl(problems_path, schema="problem")
         if p["code"] and p["code"].get("canonical_solution")
-    ][: section["mutation"]["max_problems"]]
+    ][: mutation.max_problems]
     if not problems:
         raise ReasonRLError(f"{problems_path}: no code problems with a reference solution")
-    mutation = section["mutation"]
     # Mutants loop forever easily (a flipped comparison in a while loop): a short CPU limit.
-    limits = {**config["sandbox"], "cpu_seconds": mutation["cpu_seconds"]}
-    limits["wall_seconds"] = max(limits["wall_seconds"], 2 * mutation["cpu_seconds"])
+    limits = {**config["sandbox"], "cpu_seconds": mutation.cpu_seconds}
+    limits["wall_seconds"] = max(limits["wall_seconds"], 2 * mutation.cpu_seconds)
     rows, counts = mutation_rows(
         problems,
         Sandbox.from_config(limits),
-        mutation["max_mutants_per_line"],
-        tuple(mutation["kinds"]),
+        mutation.max_mutants_per_line,
+        mutation.kinds,
         seed,
     )
     out = Path(out_dir)
@@ -232,6 +239,9 @@ def train_reward_model(
         raise ReasonRLError(f"unknown reward model kind {kind!r} (expected one of {KINDS})")
     problems_paths, data_paths = _paths(problems_paths), _paths(data_paths)
     section, seed = config["reward_models"], config["seed"]
+    train = with_accumulation(section["train"], "reward_models.train")
+    settings = RewardModelSettings.from_section({**section, "train": train}, seed)
+    # Provenance and the checkpoints' fingerprint hash the section as the config gives it.
     sections = {"reward_models": section, "policy": config["policy"]}
     inputs = [model_path, *problems_paths, *data_paths]
     lora = LoraSettings.from_config(section["train"]["lora"], "reward_models.train.lora")
@@ -248,10 +258,10 @@ def train_reward_model(
             named = " or ".join(problems_paths)
             raise ReasonRLError(f"{data_path}: problem '{unknown[0]}' is not in {named}")
         data += rows
-    train_rows, held_rows = heldout_split(data, section["heldout_fraction"], seed)
+    train_rows, held_rows = heldout_split(data, settings.heldout_fraction, seed)
     trainer = TRAINERS[kind]
     model, tokenizer, result, info, heldout = trainer(
-        config, model_path, problems, train_rows, held_rows, run
+        settings, config["policy"]["dtype"], model_path, problems, train_rows, held_rows, run
     )
     metrics = run.metrics(result, {"kind": kind}, {"heldout": heldout, **info})
     info_json = {"kind": kind, **{k: v for k, v in info.items() if k == "labels"}}
@@ -305,19 +315,19 @@ def best_of_n(
     """Sample max(N) solutions per test problem (and a greedy one), score them with every
     reward model, and tabulate pass@1, maj@N and RM@N with bootstrap CIs (or, as a part job
     of `split`, its share of the shards)."""
-    section, seed = config["reward_models"], config["seed"]
+    settings, seed = _settings(config), config["seed"]
     inputs = [policy, problems_path, *reward_models.values()]
     provenance = Provenance("best-of-n", config, inputs, seed)
-    problems = _test_problems(problems_path, section["best_of_n"]["max_problems"])
-    n_max = max(section["best_of_n"]["n"])
+    problems = _test_problems(problems_path, settings.best_of_n.max_problems)
+    n_max = max(settings.best_of_n.n)
     engine = _engine(config, policy)
     sandbox = Sandbox.from_config(config["sandbox"])
     limits = RolloutSettings.from_config(config["rollout"])
-    style = section["style"]
+    style = settings.style
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
         greedy_params = SamplingParams(seed=shard_seed(seed, index))
-        params = SamplingParams.from_section(section, shard_seed(seed + 101, index))
+        params = replace(settings.sampling, seed=shard_seed(seed + 101, index))
         return {
             "greedy": run_rollouts(engine(), part, style, 1, greedy_params, limits, sandbox),
             "sampled": run_rollouts(engine(), part, style, n_max, params, limits, sandbox),
@@ -329,7 +339,7 @@ def best_of_n(
         return shards.publish_part(scheduler_provenance())
     greedy, sampled = made["greedy"], made["sampled"]
     by_id = {p["id"]: p for p in problems}
-    scored = score_samples(config, by_id, sampled, reward_models)
+    scored = score_samples(settings, config["policy"]["dtype"], by_id, sampled, reward_models)
     scorers = sorted({k for s in scored for k in s["scores"]})
     groups = []
     for pid, rows in _group(sampled).items():
@@ -344,17 +354,18 @@ def best_of_n(
                 "scores": {k: [scores[r["sample"]][k] for r in rows] for k in scorers},
             }
         )
-    table = best_of_n_metrics(groups, section["best_of_n"]["n"], scorers)
+    table = best_of_n_metrics(groups, settings.best_of_n.n, scorers)
     greedy_correct = np.array([float(r["correct"]) for r in greedy])
     table["greedy_pass@1"] = float(greedy_correct.mean())
     out = Path(out_dir)
     write_jsonl(out / "greedy.jsonl", greedy, schema="trajectory")
     write_jsonl(out / "samples.jsonl", sampled, schema="trajectory")
     write_jsonl(out / "scores.jsonl", scored)
+    split = settings.step_splitter, settings.split_pattern
     rlhflow = [
         to_rlhflow(
             by_id[pid]["question"],
-            [solution_step_texts(by_id[pid], r["messages"], section) for r in rows],
+            [solution_step_texts(by_id[pid], r["messages"], *split) for r in rows],
             [r["correct"] for r in rows],
         )
         for pid, rows in _group(sampled).items()
@@ -381,11 +392,11 @@ def hgs_search(
     shards), and HGS's compute-matched baseline: per problem, samples at HGS's temperature
     until the policy calls HGS made there are spent (matched.jsonl), scored by the same PRM
     (matched_scores.jsonl) for the hgs-matched:SELECTION arms."""
-    section, seed = config["reward_models"], config["seed"]
+    settings, seed = _settings(config), config["seed"]
     bon = Path(best_of_n_dir)
     inputs = [policy, prm, problems_path, str(bon / "scores.jsonl")]
     provenance = Provenance("hgs-search", config, inputs, seed)
-    problems = _test_problems(problems_path, section["hgs"]["max_problems"])
+    problems = _test_problems(problems_path, settings.hgs.max_problems)
     ids = {p["id"] for p in problems}
     greedy = [
         r for r in read_jsonl(bon / "greedy.jsonl", schema="trajectory") if r["problem_id"] in ids
@@ -397,13 +408,13 @@ def hgs_search(
     if len(greedy) != len(problems):
         raise ReasonRLError(f"{bon}/greedy.jsonl: has no greedy run of some of the problems")
     engine = _engine(config, policy)
-    hgs = section["hgs"]
+    hgs, dtype = settings.hgs, config["policy"]["dtype"]
     stepper = cache(lambda: ToolStepModel(config, engine(), prm))
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
         model = stepper().for_problems(part, shard_seed(seed, index))
         searches = run_hgs(
-            len(part), model.expand, model.label, hgs["max_bandwidth"], hgs["max_iterations"]
+            len(part), model.expand, model.label, hgs.max_bandwidth, hgs.max_iterations
         )
         rows = model.finish(searches)  # counts the steps of the greedy completions too
         summaries = [
@@ -428,9 +439,9 @@ def hgs_search(
     rows, searches, matched = made["rows"], made["searches"], made["matched"]
     by_id = {p["id"]: p for p in problems}
     stepper.cache_clear()  # score_samples loads the PRM afresh: do not hold two copies
-    matched_scores = score_samples(config, by_id, matched, {"prm": prm})
+    matched_scores = score_samples(settings, dtype, by_id, matched, {"prm": prm})
     matched_groups = best_of_n_groups(matched, matched_scores).values()
-    n_filter = hgs["filter_samples"]
+    n_filter = hgs.filter_samples
     kept = [g[:n_filter] for g in _group(samples).values()]
     filtered = sample_then_filter(
         [[scores[(r["problem_id"], r["sample"])]["step_labels"] for r in g] for g in kept],
@@ -500,7 +511,7 @@ def score_rlhflow(config: dict, path: str, reward_models: dict[str, str], out_di
     """Best-of-N of an RLHFlow evaluation file (prompt, answers, labels: e.g. their
     MATH500 / GSM8K test sets) reranked by our reward models; answers are split into steps
     at blank lines, as the RLHFlow evaluation scripts do."""
-    section = config["reward_models"]
+    settings = replace(_settings(config), step_splitter="regex", split_pattern=r"\n\s*\n")
     provenance = Provenance(
         "score-rlhflow", config, [path, *reward_models.values()], config["seed"]
     )
@@ -517,8 +528,7 @@ def score_rlhflow(config: dict, path: str, reward_models: dict[str, str], out_di
             rows.append(
                 {"problem_id": pid, "sample": sample, "messages": messages, "correct": right}
             )
-    text_section = {**section, "step_splitter": "regex", "split_pattern": r"\n\s*\n"}
-    scored = score_samples({**config, "reward_models": text_section}, problems, rows, reward_models)
+    scored = score_samples(settings, config["policy"]["dtype"], problems, rows, reward_models)
     scorers = sorted({k for s in scored for k in s["scores"]})
     groups = []
     for pid, members in _group(rows).items():
@@ -531,7 +541,7 @@ def score_rlhflow(config: dict, path: str, reward_models: dict[str, str], out_di
                 "scores": {k: [scores[r["sample"]][k] for r in members] for k in scorers},
             }
         )
-    table = best_of_n_metrics(groups, section["best_of_n"]["n"], scorers)
+    table = best_of_n_metrics(groups, settings.best_of_n.n, scorers)
     out = Path(out_dir)
     write_json(out / "best_of_n.json", table)
     write_csv(out / "best_of_n.csv", table["rows"])
