@@ -203,6 +203,16 @@ def test_hgs_search_is_a_pure_state_machine():
     assert hgs.finished == "answer" and hgs.path() == ["x"]
 
 
+def _settings(section: dict):
+    """The stage's settings of a config whose reward_models section is `section`."""
+    from reasonrl.config import validate_config
+    from reasonrl.rewards.settings import RewardModelSettings
+
+    return RewardModelSettings.from_section(
+        validate_config({"reward_models": section})["reward_models"], 0
+    )
+
+
 def test_hgs_labels_a_turn_by_the_prm_verdict_on_its_last_line(monkeypatch):
     """With line steps the PRM reads the whole trajectory cut into lines (as it was trained)
     and the expanded turn gets the verdict of the line that ends it."""
@@ -222,11 +232,7 @@ def test_hgs_labels_a_turn_by_the_prm_verdict_on_its_last_line(monkeypatch):
 
     monkeypatch.setattr(tool_steps, "score_steps", fake_score_steps)
     model = tool_steps.ToolStepModel.__new__(tool_steps.ToolStepModel)
-    model.section = {
-        "step_splitter": "line",
-        "split_pattern": "",
-        "hgs": {"neutral_band": [0.3, 0.7]},
-    }
+    model.settings = _settings({"step_splitter": "line", "hgs": {"neutral_band": [0.3, 0.7]}})
     model.prm = model.tokenizer = None
     model.labels, model.problems = ["+", "-"], [{"question": "Q"}]
     turn = "Intro.\n```python\nx = 3\nprint(x)\n```"
@@ -261,7 +267,7 @@ def _counting_model(monkeypatch, turns_of_completion: int = 3, waves: int = 1):
     monkeypatch.setattr(tool_steps, "run_rollouts", fake_run)
     monkeypatch.setattr(tool_steps, "prompt_messages", lambda problem, style: [])
     model = tool_steps.ToolStepModel.__new__(tool_steps.ToolStepModel)
-    model.section = {"temperature": 0.7, "top_p": 1.0, "style": "tool"}
+    model.settings = _settings({"temperature": 0.7, "top_p": 1.0, "style": "tool"})
     model.engine = model.sandbox = None
     model.limits = RolloutSettings(4, 512, 2048, waves=waves)
     return model.for_problems([{"id": "p0"}, {"id": "p1"}], seed=0), calls

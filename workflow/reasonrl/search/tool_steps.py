@@ -15,6 +15,7 @@ import dataclasses
 from reasonrl.generation import SamplingParams
 from reasonrl.rewards.models import load_reward_model
 from reasonrl.rewards.scoring import score_steps, step_classes
+from reasonrl.rewards.settings import RewardModelSettings
 from reasonrl.rewards.steps import trajectory_steps
 from reasonrl.rollout import RolloutPrefix, RolloutSettings, continue_rollouts, run_rollouts
 from reasonrl.sandbox import Sandbox
@@ -27,15 +28,24 @@ MATCHED_SEED_OFFSET = 500_009
 
 class ToolStepModel:
     """HGS-PRM's model and PRM for tool-integrated trajectories: a search step is one model
-    turn (with the interpreter's output); an expansion samples one turn from the current path."""
+    turn (with the interpreter's output); an expansion samples one turn from the current path.
 
-    def __init__(self, config: dict, engine, prm_folder: str):
-        section = config["reward_models"]
-        self.config, self.engine = config, engine
-        self.section, self.seed = section, config["seed"]
-        self.sandbox = Sandbox.from_config(config["sandbox"])
-        self.limits = RolloutSettings.from_config(config["rollout"])
-        self.prm, self.tokenizer, info = load_reward_model(prm_folder, config["policy"]["dtype"])
+    `settings`: the stage's (style, sampling, step splitter, HGS's neutral band); `limits` and
+    `sandbox` the rollouts'; the PRM in `prm_folder` is loaded in `dtype`, the policy's."""
+
+    def __init__(
+        self,
+        settings: RewardModelSettings,
+        engine,
+        prm_folder: str,
+        limits: RolloutSettings,
+        sandbox: Sandbox,
+        dtype: str,
+    ):
+        self.settings, self.engine = settings, engine
+        self.seed = settings.seed
+        self.sandbox, self.limits = sandbox, limits
+        self.prm, self.tokenizer, info = load_reward_model(prm_folder, dtype)
         self.labels = info["labels"]
         self.problems: list[dict] = []
         self.generated: list[int] = []  # policy calls (model turns) per problem
@@ -56,10 +66,10 @@ class ToolStepModel:
     def _prefix(self, index: int, path: list) -> list[dict]:
         if path:
             return path[-1]["messages"]
-        return prompt_messages(self.problems[index], self.section["style"])
+        return prompt_messages(self.problems[index], self.settings.style)
 
     def expand(self, ids: list[int], paths: list[list], round_no: int) -> list[tuple[dict, bool]]:
-        params = SamplingParams.from_section(self.section, self.seed + 1009 * (round_no + 1))
+        params = dataclasses.replace(self.settings.sampling, seed=self.seed + 1009 * (round_no + 1))
         out: list[tuple[dict, bool] | None] = [None] * len(ids)
         by_turns: dict[int, list[int]] = {}
         for j, path in enumerate(paths):
@@ -78,7 +88,7 @@ class ToolStepModel:
         return out
 
     def label(self, ids: list[int], paths: list[list], steps: list[dict]) -> list[str]:
-        splitter, pattern = self.section["step_splitter"], self.section["split_pattern"]
+        splitter, pattern = self.settings.step_splitter, self.settings.split_pattern
         items = [
             (
                 self.problems[i]["question"],
@@ -87,7 +97,7 @@ class ToolStepModel:
             for i, step in zip(ids, steps, strict=True)
         ]
         probs = score_steps(self.prm, self.tokenizer, items, self.labels)
-        band = self.section["hgs"]["neutral_band"]
+        band = self.settings.hgs.neutral_band
         return [step_classes(p[-1:], self.labels, band)[0] for p in probs]
 
     def finish(self, searches) -> list[dict]:
@@ -119,7 +129,7 @@ class ToolStepModel:
         calls left (model turns, counted as the search counts them): the compute-matched
         baseline's sampler (reasonrl.search.hgs.sample_to_budget)."""
         seed = self.seed + MATCHED_SEED_OFFSET + 1009 * round_no
-        params = SamplingParams.from_section(self.section, seed)
+        params = dataclasses.replace(self.settings.sampling, seed=seed)
         out: list[dict | None] = [None] * len(ids)
         by_cap: dict[int, list[int]] = {}
         for j, left in enumerate(calls_left):
@@ -127,7 +137,7 @@ class ToolStepModel:
         for cap, members in by_cap.items():
             limits = dataclasses.replace(self.limits, max_turns=cap)
             problems = [self.problems[ids[j]] for j in members]
-            style = self.section["style"]
+            style = self.settings.style
             rows = run_rollouts(self.engine, problems, style, 1, params, limits, self.sandbox)
             for j, row in zip(members, rows, strict=True):
                 out[j] = row

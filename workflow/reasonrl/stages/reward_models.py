@@ -409,7 +409,12 @@ def hgs_search(
         raise ReasonRLError(f"{bon}/greedy.jsonl: has no greedy run of some of the problems")
     engine = _engine(config, policy)
     hgs, dtype = settings.hgs, config["policy"]["dtype"]
-    stepper = cache(lambda: ToolStepModel(config, engine(), prm))
+    limits = RolloutSettings.from_config(config["rollout"])
+    stepper = cache(
+        lambda: ToolStepModel(
+            settings, engine(), prm, limits, Sandbox.from_config(config["sandbox"]), dtype
+        )
+    )
 
     def shard(part: list[dict], index: int) -> dict[str, list]:
         model = stepper().for_problems(part, shard_seed(seed, index))
