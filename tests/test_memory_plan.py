@@ -246,6 +246,27 @@ def test_the_online_learner_is_planned_per_micro_batch():
         assert inspect.signature(scorer).parameters["batch_size"].default == mp.REFERENCE_ROWS
 
 
+def test_the_online_learner_is_its_section_typed_as_the_run_types_it():
+    """online_learner reads the online_dpo section once: its micro-batch's prompts are the
+    run's (OnlineDPOSettings.micro_batch_prompts, null resolved), the rest the section's."""
+    from reasonrl.online_dpo.settings import OnlineDPOSettings
+
+    config = load_workflow_config([str(REPO / "config/gpu-async-dpo-rho-1b.yaml")])
+    section = config["online_dpo"]
+    assert mp.online_learner({"online_dpo": {**section, "variants": []}}) is None
+    for micro in (None, 32, 48):
+        section["micro_batch_prompts"] = micro
+        learner = mp.online_learner(config)
+        variant = {**section, **section["variants"][0]}
+        prompts = OnlineDPOSettings.from_section(variant, config["seed"]).micro_batch_prompts
+        assert learner.micro_batches == -(-section["prompts_per_step"] // prompts)
+        trained = learner.trained  # best and worst of K (the recipe's losses are DPO's)
+        assert (trained.sequences, trained.length) == (2 * prompts, section["max_length"])
+        assert learner.forward_tokens == mp.REFERENCE_ROWS * section["max_length"]
+        assert learner.reference_copies == int(section["lora"]["r"] == 0)
+        assert learner.reward_model == (section["reward"] != "oracle")
+
+
 def test_the_planner_sees_every_gpu_rule_of_the_profile():
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     gpu_rules = {r for r, res in profile["set-resources"].items() if res.get("gpu")}

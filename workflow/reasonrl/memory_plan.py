@@ -515,39 +515,59 @@ def _reference_copies(section: dict) -> int:
     return int(section["lora"]["r"] == 0)
 
 
-def _online_specs(config: dict) -> list[RuleSpec]:
+@dataclass(frozen=True)
+class OnlineLearner:
+    """What the plan reads of the online_dpo section, typed once (online_learner)."""
+
+    # The policy, on one micro-batch of an optimizer step (the learner accumulates a step's
+    # micro-batches): best and worst of K (DPO), all K (RLOO, PPO, GRPO) of micro_batch_prompts
+    # prompts, the most any variant's loss takes.
+    trained: Trained
+    micro_batches: int  # a step's: prompts_per_step / micro_batch_prompts, rounded up
+    reference_copies: int  # _reference_copies
+    reward_model: bool  # reward rm or combined: the BT-RM scores beside the generator
+    # Tokens of the forwards without gradients: the reference's, REFERENCE_ROWS rows at a
+    # time over the step's samples, and PPO's critic values of one micro-batch before the
+    # step's update.
+    forward_tokens: int
+
+
+def online_learner(config: dict) -> OnlineLearner | None:
+    """The online learner of the config's online_dpo section (None: it has no variants).
+    micro_batch_prompts' null is all of a step's prompts, as the run's settings
+    (online_dpo.settings) resolve it; this module, loaded with the workflow, does not import
+    them with torch."""
     section = config["online_dpo"]
     if not section["variants"]:
-        return []
-    k = section["samples_per_prompt"]
-    # One micro-batch of an optimizer step (the learner accumulates a step's micro-batches):
-    # best and worst of K (DPO), all K (RLOO, PPO, GRPO) of micro_batch_prompts prompts.
-    prompts = _online_micro_batch_prompts(section)
+        return None
+    k, length = section["samples_per_prompt"], section["max_length"]
+    prompts = section["micro_batch_prompts"] or section["prompts_per_step"]
     per_prompt = {v["loss"]: 2 if v["loss"] == "dpo" else k for v in section["variants"]}
-    sequences = prompts * max(per_prompt.values())
-    trained = _trained(section, sequences, section["max_length"])
-    rm = int(section["reward"] != "oracle")
-    reference = _reference_copies(section)
-    kept = "frozen" if reference else "adapters off"
-    gen = generation_spec("online_dpo", config)
-    # Forwards without gradients: the reference's, REFERENCE_ROWS rows at a time over the
-    # step's samples, and PPO's critic values of one micro-batch before the step's update.
     forward_rows = max(REFERENCE_ROWS, prompts * k if "ppo" in per_prompt else 0)
+    return OnlineLearner(
+        trained=_trained(section, prompts * max(per_prompt.values()), length),
+        micro_batches=-(-section["prompts_per_step"] // prompts),
+        reference_copies=_reference_copies(section),
+        reward_model=section["reward"] != "oracle",
+        forward_tokens=forward_rows * length,
+    )
+
+
+def _online_specs(config: dict) -> list[RuleSpec]:
+    learner = online_learner(config)
+    if learner is None:
+        return []
+    kept = "frozen" if learner.reference_copies else "adapters off"
+    gen = generation_spec("online_dpo", config)
     return [
         replace(
             gen,
-            trained=[trained],
-            frozen=gen.frozen + reference + rm,
-            frozen_tokens=forward_rows * section["max_length"],
+            trained=[learner.trained],
+            frozen=gen.frozen + learner.reference_copies + int(learner.reward_model),
+            frozen_tokens=learner.forward_tokens,
             note=f"reference {kept}; generator beside the learner",
         )
     ]
-
-
-def _online_micro_batch_prompts(section: dict) -> int:
-    """Prompts of one micro-batch of the online learner (its micro_batch_prompts(), which
-    this module, loaded with the workflow, does not import with torch)."""
-    return section["micro_batch_prompts"] or section["prompts_per_step"]
 
 
 def plan_config(config: dict, placements: dict[str, Placement]) -> list[RulePlan]:
@@ -680,14 +700,14 @@ def check_launches(config: dict, placements: dict[str, Placement], source: str) 
                 f"{source}: rule {rule} cannot run under DeepSpeed ZeRO-3"
                 f" ({WHOLE_POLICY_RULES[rule]}): give it resource deepspeed: zero2"
             )
-        online = config["online_dpo"]
-        micro = -(-online["prompts_per_step"] // _online_micro_batch_prompts(online))
-        if rule == "online_dpo" and micro % place.gpus:
-            raise ReasonRLError(
-                f"{source}: rule online_dpo over {place.gpus} GPUs: a step's {micro}"
-                " micro-batches (online_dpo.prompts_per_step / micro_batch_prompts) do not"
-                " share out over them"
-            )
+        if rule == "online_dpo":
+            micro = online_learner(config).micro_batches
+            if micro % place.gpus:
+                raise ReasonRLError(
+                    f"{source}: rule online_dpo over {place.gpus} GPUs: a step's {micro}"
+                    " micro-batches (online_dpo.prompts_per_step / micro_batch_prompts) do not"
+                    " share out over them"
+                )
         if rule == "ppo" and engine != "hf" and not place.generator_own_gpu:
             raise ReasonRLError(
                 f"{source}: rule {rule} over {place.gpus} GPUs samples with the hf engine, not"
