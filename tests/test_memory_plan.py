@@ -267,6 +267,30 @@ def test_the_online_learner_is_its_section_typed_as_the_run_types_it():
         assert learner.reward_model == (section["reward"] != "oracle")
 
 
+def test_the_ppo_learner_is_its_section_typed_as_the_run_counts_it():
+    """ppo_learner reads the ppo section once: each variant's buffer rows are the run's
+    (ppo.run.rows_per_iteration of its PPORunSettings), the rest the section's."""
+    from reasonrl.ppo.run import find_variant, rows_per_iteration
+    from reasonrl.ppo.settings import PPORunSettings
+
+    config = load_workflow_config([str(REPO / "config/gpu-pfppo-deepseek-coder-6.7b.yaml")])
+    section = config["ppo"]
+    assert mp.ppo_learner({**config, "ppo": {**section, "variants": []}}) is None
+    learner = mp.ppo_learner(config)
+    settings = PPORunSettings.from_section(section, config["seed"])
+    names = [v["name"] for v in section["variants"]]
+    runs = [rows_per_iteration(find_variant(section, name), settings) for name in names]
+    assert learner.buffers == tuple(zip(names, runs, strict=True))
+    batches = (learner.batch_size, learner.global_batch_size, learner.grad_accum)
+    assert batches == (section["batch_size"], section["global_batch_size"], section["grad_accum"])
+    assert learner.reward_model == (section["reward"] != "oracle")
+    assert learner.lora == (section["lora"]["r"] > 0)
+    assert learner.reference_copies == int(not learner.lora)
+    assert len(learner.trained) == 1 + (section["critic"] == "separate")
+    shapes = {(t.sequences, t.length) for t in learner.trained}
+    assert shapes == {(section["batch_size"], section["max_length"])}
+
+
 def test_the_planner_sees_every_gpu_rule_of_the_profile():
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     gpu_rules = {r for r, res in profile["set-resources"].items() if res.get("gpu")}

@@ -455,13 +455,15 @@ def _part_specs(specs: list[RuleSpec], split: dict[str, int]) -> list[RuleSpec]:
     return [replace(s, rule=f"{s.rule}_part") for s in specs if split.get(s.rule, 1) > 1]
 
 
-def _needs_bt(section: dict) -> bool:
-    return bool(section["variants"]) and section["reward"] != "oracle"
+def _needs_bt(config: dict) -> bool:
+    """Whether a PPO or online run is rewarded by the BT-RM (reward rm or combined)."""
+    learners = (ppo_learner(config), online_learner(config))
+    return any(learner is not None and learner.reward_model for learner in learners)
 
 
 def _reward_model_specs(config: dict) -> list[RuleSpec]:
     rm = config["reward_models"]
-    if not (rm["tasks"] or _needs_bt(config["ppo"]) or _needs_bt(config["online_dpo"])):
+    if not (rm["tasks"] or _needs_bt(config)):
         return []
     train = rm["train"]
     specs = [
@@ -481,31 +483,69 @@ def _reward_model_specs(config: dict) -> list[RuleSpec]:
     return specs
 
 
-def _ppo_specs(config: dict) -> list[RuleSpec]:
+@dataclass(frozen=True)
+class PPOLearner:
+    """What the plan reads of the ppo section, typed once (ppo_learner)."""
+
+    # The policy on one micro-batch (batch_size rows of max_length), and a separate critic's
+    # trunk beside it.
+    trained: tuple[Trained, ...]
+    reference_copies: int  # _reference_copies
+    reward_model: bool  # reward rm or combined: the BT-RM scores beside the policy
+    lora: bool  # adapters: the merged policy is gathered whole to be sent to a generator
+    batch_size: int
+    global_batch_size: int | None
+    grad_accum: int  # the section's: where global_batch_size is set, the job's GPUs give it
+    buffers: tuple[tuple[str, int], ...]  # per variant, its name and buffer_rows
+
+
+def ppo_learner(config: dict) -> PPOLearner | None:
+    """The PPO learner of the config's ppo section (None: it has no variants)."""
     ppo = config["ppo"]
     if not ppo["variants"]:
-        return []
-    rows, length = ppo["batch_size"], ppo["max_length"]
-    # PPO trains in the policy's dtype (no precision key) and samples with the policy itself
-    # (HF engine: its KV cache) or a vLLM engine beside it (generation.engine); under
-    # ppo.lora a separate critic's trunk has adapters as the policy has. Under ZeRO-3 its
-    # reference and RM are sharded as its policy (ppo_run's frozen_shards) and it samples
-    # with its policy gathered; a generator of its own is sent the policy one parameter at
-    # a time, LoRA's merged one weight at a time over the policy gathered whole (one copy).
+        return None
+    # PPO trains in the policy's dtype (no precision key); under ppo.lora a separate critic's
+    # trunk has adapters as the policy has, built from the dequantized weights: never 4-bit.
     precision = "bf16" if _dtype_bytes(config) == 2 else "fp32"
-    trained = [replace(_trained(ppo, rows, length), precision=precision)]
-    if ppo["critic"] == "separate":  # built from the dequantized weights: never 4-bit
-        trained.append(replace(trained[0], quantized=False))
-    rm = int(ppo["reward"] != "oracle")
-    reference = _reference_copies(ppo)
+    policy = replace(_trained(ppo, ppo["batch_size"], ppo["max_length"]), precision=precision)
+    critic = [replace(policy, quantized=False)] if ppo["critic"] == "separate" else []
+    counts = [ppo[k] for k in ("prompts_per_iteration", "responses_per_prompt", "draws_per_prompt")]
+    return PPOLearner(
+        trained=(policy, *critic),
+        reference_copies=_reference_copies(ppo),
+        reward_model=ppo["reward"] != "oracle",
+        lora=ppo["lora"]["r"] > 0,
+        batch_size=ppo["batch_size"],
+        global_batch_size=ppo["global_batch_size"],
+        grad_accum=ppo["grad_accum"],
+        buffers=tuple((v["name"], buffer_rows(v["filter"], *counts)) for v in ppo["variants"]),
+    )
+
+
+def _ppo_specs(config: dict) -> list[RuleSpec]:
+    learner = ppo_learner(config)
+    if learner is None:
+        return []
+    # PPO samples with the policy itself (HF engine: its KV cache) or a vLLM engine beside it
+    # (generation.engine). Under ZeRO-3 its reference and RM are sharded as its policy
+    # (ppo_run's frozen_shards) and it samples with its policy gathered; a generator of its
+    # own is sent the policy one parameter at a time, LoRA's merged one weight at a time over
+    # the policy gathered whole (one copy).
+    reference = learner.reference_copies
     note = "reference + RM frozen" if reference else "RM frozen; reference: adapters off"
     # the HF engine is the policy itself (no copy); a vLLM engine holds its own
     vllm = int(config["generation"]["engine"] == "vllm")
-    lora = int(ppo["lora"]["r"] > 0)
-    generator = generation_spec("ppo", config, copies=vllm, frozen=reference + rm)
+    frozen = reference + int(learner.reward_model)
+    generator = generation_spec("ppo", config, copies=vllm, frozen=frozen)
     return [
         generation_spec("ppo_r2", config, frozen=1),
-        replace(generator, trained=trained, note=note, gathered=1, sent_whole=lora),
+        replace(
+            generator,
+            trained=list(learner.trained),
+            note=note,
+            gathered=1,
+            sent_whole=int(learner.lora),
+        ),
     ]
 
 
@@ -648,19 +688,17 @@ def check_ppo_buffers(config: dict, placements: dict[str, Placement], source: st
     steps over rule ppo's job (batch_size x its accumulation x the learner's GPUs): each
     epoch's last step would wrap round and train rows twice (ppo_run.check_buffer_steps stops
     the stage likewise). Run by check_global_batches, after the global batch divides."""
-    ppo = config["ppo"]
+    learner = ppo_learner(config)
+    if learner is None:
+        return
     place = placements.get("ppo", Placement(0))
     gpus = max(1, place.gpus) if place.launched else 1
-    size, wanted = ppo["batch_size"], ppo["global_batch_size"]
-    accum = wanted // (size * gpus) if wanted is not None else ppo["grad_accum"]
+    size, wanted = learner.batch_size, learner.global_batch_size
+    accum = wanted // (size * gpus) if wanted is not None else learner.grad_accum
     step = size * accum * gpus
-    counts = [ppo[k] for k in ("prompts_per_iteration", "responses_per_prompt", "draws_per_prompt")]
-    for variant in ppo["variants"]:
-        rows = buffer_rows(variant["filter"], *counts)
+    for name, rows in learner.buffers:
         if rows % step:
-            raise ReasonRLError(
-                f"{source}: {buffer_steps_message(variant['name'], rows, size, accum, gpus)}"
-            )
+            raise ReasonRLError(f"{source}: {buffer_steps_message(name, rows, size, accum, gpus)}")
 
 
 def buffer_rows(filter_name: str, prompts: int, responses: int, draws: int) -> int:
