@@ -649,6 +649,7 @@ def test_learner_data_carries_the_configured_lag(online_setup, name):
         signals += ("advantage_std", "tied_groups", "overlong_filtered", "policy_loss")
         assert all(key in h for h in metrics["history"] for key in signals)
         assert metrics["history"][0]["kl_k3"] == pytest.approx(0.0, abs=1e-5)  # the start
+        assert read_json(out / "metrics.json")["grpo"]["beta"] == 0.04  # what the run was
     if name == "ppo":
         # The old policy is the generator's: the first step is on-policy (ratio 1), the
         # lagged ones are not; the saved model is the policy without the critic.

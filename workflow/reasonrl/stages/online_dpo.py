@@ -8,6 +8,7 @@ import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -129,6 +130,8 @@ def online_dpo(
             signal.signal(signal.SIGTERM, previous)
         identity = {"variant": variant_name, "mode": online.mode, "loss": online.loss}
         identity.update(reward=online.reward, off_policy=online.off_policy)
+        if online.grpo is not None:
+            identity["grpo"] = asdict(online.grpo)
         # Which prompts each step trained on: a sync and an async run of the same config must
         # agree, or their wall-clocks measure different work.
         k = online.samples_per_prompt
