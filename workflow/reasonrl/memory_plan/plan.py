@@ -1,44 +1,6 @@
-"""GPU memory plan of a config: per GPU rule, the bytes of parameters, gradients, optimizer
-states, activations and the other models or engine it holds, under its job's GPUs and ZeRO
-stage, against the memory of one GPU.
-
-Model states follow the ZeRO paper's accounting (Rajbhandari et al. 2020, section 3.1): mixed
-precision AdamW holds 2 bytes of bf16 weights, 2 of gradients and 12 of fp32 master weights,
-momentum and variance per trained parameter (16 in all; fp32 training: 4 + 4 + 8); 8-bit
-AdamW keeps momentum and variance in 1 byte each, plus an fp32 scale per block of 256.
-Without DeepSpeed the training loop holds the trained parameters themselves in fp32 (4 bytes
-of weights, 4 of gradients, 8 of moments): the same 16, measured within 0.92x-1.06x of
-torch.cuda.max_memory_allocated on an H100 (BENCHMARKS.md, 2026-11-28).
-QLoRA's base (lora.quantize nf4) holds each decoder linear in 4-bit NormalFloat: half a byte
-per weight, a 1-byte scale per block of 64 and an fp32 scale per 256 of those (double
-quantization), plus the two code books; the rest of the model and the adapters are fp32 (as
-peft's prepare_model_for_kbit_training casts them). ZeRO-1 divides the optimizer states over
-the job's GPUs, ZeRO-2 the gradients too, ZeRO-3 the parameters too (frozen models included,
-as DeepSpeed's ZeRO-3 does for every prepared model; PPO shards its frozen reference and
-reward model as its policy, and samples with its policy gathered whole beside the shards,
-unless its generator has a GPU of its own). LoRA trains only the adapters. A generator on a
-GPU of its own (resource generator_gpus: online DPO's, PPO's) is planned on that GPU: one
-copy of the policy and its KV cache (vLLM: within its reservation).
-
-Activations are the tensors autograd saves for the backward pass, counted the way Korthikanti
-et al. 2022 (section 4) count them, for the Hugging Face Llama/Mistral/Gemma decoder block
-with SDPA attention (no stored attention scores, so no a*s^2 term) and no dropout; bytes per
-token and layer, e = 2 (bf16 autocast) or 4 (fp32):
-    norms  2 * (4h + 2*e*h)    RMSNorm: its fp32 input, the normalised input, the output
-    attn   e * (3*a*d + 2*k*d) queries, keys, values, SDPA output and o_proj's input
-    mlp    4 * e * i           gate and up outputs, SiLU output, down_proj's input
-(h hidden, a heads, k key-value heads, d head size, i intermediate size). The head saves
-the final norm's and the fp32 log-softmax of the logits (4 bytes per vocabulary entry).
-With gradient checkpointing a layer keeps only its input (e*h per token). On top of what is
-saved, the plan counts the transient peaks: the logits themselves (e bytes per vocabulary
-entry, beside their fp32 log-softmax) and, with checkpointing, the one layer recomputed at a
-time. A frozen model's forward keeps nothing: its peak is one layer's working set and the
-logits. tests/test_memory_plan.py checks the saved bytes against the tensors autograd saves
-for the tiny policy (fp32, bf16, checkpointed).
-
-Architectures come from a local model folder's config.json when there is one, else from the
-published configurations of the models the recipes name (PUBLISHED); nothing is downloaded.
-"""
+"""The plan itself: a model's architecture, what each GPU rule of a config trains and holds
+(RuleSpec), and the bytes of its model states, activations and other models on its job's GPUs
+(RulePlan); the package's docstring gives the accounting."""
 
 from __future__ import annotations
 
@@ -70,8 +32,6 @@ LAUNCHED_RULES = frozenset(
 WHOLE_POLICY_RULES = {
     "online_dpo": "its generator is sent the main process's whole policy",
 }
-# Launched rules whose launch check_launches checks.
-CHECKED_LAUNCHES = ("online_dpo", "ppo")
 # Rows of one reference forward: sequences.summed_logps and token_logps score in chunks of
 # this many (their batch_size), whatever the rows to score.
 REFERENCE_ROWS = 16
@@ -522,6 +482,16 @@ def ppo_learner(config: dict) -> PPOLearner | None:
     )
 
 
+def buffer_rows(filter_name: str, prompts: int, responses: int, draws: int) -> int:
+    """Buffer rows a ppo variant of filter `filter_name` nominally trains on an iteration (the
+    PF-PPO paper's Table 4, per n queries, `prompts` of them): every response for PPO-S and
+    PPO-M, the draws for the filters (ppo.responses_per_prompt, ppo.draws_per_prompt). It
+    takes the counts, not the section: the plan reads the config, the run its settings."""
+    if filter_name in ("ppo-s", "ppo-m"):
+        return prompts * responses
+    return prompts * draws
+
+
 def _ppo_specs(config: dict) -> list[RuleSpec]:
     learner = ppo_learner(config)
     if learner is None:
@@ -651,139 +621,6 @@ def profile_placements(profile: dict) -> dict[str, Placement]:
         rule: placement(rule, {**default, **resources})
         for rule, resources in (profile.get("set-resources") or {}).items()
     }
-
-
-# Each launched training rule's section, whose global_batch_size its job's GPUs must divide
-# (training.loop.with_accumulation).
-BATCH_SECTIONS = {
-    "sft": ("sft",),
-    "preference_train": ("preference", "train"),
-    "train_reward_model": ("reward_models", "train"),
-    "ppo": ("ppo",),
-}
-
-
-def check_global_batches(config: dict, placements: dict[str, Placement], source: str) -> None:
-    """Raise the one-line error of the first launched rule whose global_batch_size is not a
-    multiple of batch_size x its job's GPUs: its job would stop there, after the jobs
-    before it had run."""
-    for rule, path in BATCH_SECTIONS.items():
-        section = config
-        for part in path:
-            section = section[part]
-        wanted, size = section["global_batch_size"], section["batch_size"]
-        place = placements.get(rule, Placement(0))
-        gpus = max(1, place.gpus) if place.launched else 1
-        if wanted is not None and wanted % (size * gpus):
-            raise ReasonRLError(
-                f"{source}: '{'.'.join(path)}.global_batch_size' ({wanted}) is not a multiple"
-                f" of batch_size x GPUs of rule {rule} ({size} x {gpus})"
-            )
-    check_ppo_buffers(config, placements, source)
-
-
-def check_ppo_buffers(config: dict, placements: dict[str, Placement], source: str) -> None:
-    """Raise the one-line error of the first ppo variant whose buffer (its nominal rows an
-    iteration, as ppo_run.rows_per_iteration counts them) is not a whole number of optimizer
-    steps over rule ppo's job (batch_size x its accumulation x the learner's GPUs): each
-    epoch's last step would wrap round and train rows twice (ppo_run.check_buffer_steps stops
-    the stage likewise). Run by check_global_batches, after the global batch divides."""
-    learner = ppo_learner(config)
-    if learner is None:
-        return
-    place = placements.get("ppo", Placement(0))
-    gpus = max(1, place.gpus) if place.launched else 1
-    size, wanted = learner.batch_size, learner.global_batch_size
-    accum = wanted // (size * gpus) if wanted is not None else learner.grad_accum
-    step = size * accum * gpus
-    for name, rows in learner.buffers:
-        if rows % step:
-            raise ReasonRLError(f"{source}: {buffer_steps_message(name, rows, size, accum, gpus)}")
-
-
-def buffer_rows(filter_name: str, prompts: int, responses: int, draws: int) -> int:
-    """Buffer rows a ppo variant of filter `filter_name` nominally trains on an iteration (the
-    PF-PPO paper's Table 4, per n queries, `prompts` of them): every response for PPO-S and
-    PPO-M, the draws for the filters (ppo.responses_per_prompt, ppo.draws_per_prompt). It
-    takes the counts, not the section: the plan reads the config, the run its settings."""
-    if filter_name in ("ppo-s", "ppo-m"):
-        return prompts * responses
-    return prompts * draws
-
-
-def buffer_steps_message(variant: str, rows: int, size: int, accum: int, gpus: int) -> str:
-    """The line a ppo variant whose buffer is not whole optimizer steps fails with."""
-    parts = [f"ppo.batch_size {size}"] + [f"{accum} accumulated"] * (accum > 1)
-    parts.append(f"{gpus} GPUs")
-    return (
-        f"ppo variant '{variant}' trains {rows} buffer rows an iteration, not a multiple of an"
-        f" optimizer step's {size * accum * gpus} ({' x '.join(parts)}): an epoch would train"
-        " rows twice; set ppo.prompts_per_iteration or ppo.global_batch_size"
-    )
-
-
-def check_launches(config: dict, placements: dict[str, Placement], source: str) -> None:
-    """Raise the one-line error of the first rule launched over several GPUs in a way it
-    cannot run: ZeRO-3 for WHOLE_POLICY_RULES, a vLLM engine in each of PPO's processes (not
-    on a GPU of its own), an online learner whose step's micro-batches do not share out
-    over the GPUs."""
-    engine = config["generation"]["engine"]
-    for rule in CHECKED_LAUNCHES:
-        place = placements.get(rule, Placement(0))
-        # the rule's section is named as the rule; without variants the config runs none
-        if not (config[rule]["variants"] and place.launched and place.gpus > 1):
-            continue
-        if place.zero >= 3 and rule in WHOLE_POLICY_RULES:
-            raise ReasonRLError(
-                f"{source}: rule {rule} cannot run under DeepSpeed ZeRO-3"
-                f" ({WHOLE_POLICY_RULES[rule]}): give it resource deepspeed: zero2"
-            )
-        if rule == "online_dpo":
-            micro = online_learner(config).micro_batches
-            if micro % place.gpus:
-                raise ReasonRLError(
-                    f"{source}: rule online_dpo over {place.gpus} GPUs: a step's {micro}"
-                    " micro-batches (online_dpo.prompts_per_step / micro_batch_prompts) do not"
-                    " share out over them"
-                )
-        if rule == "ppo" and engine != "hf" and not place.generator_own_gpu:
-            raise ReasonRLError(
-                f"{source}: rule {rule} over {place.gpus} GPUs samples with the hf engine, not"
-                f" generation.engine {engine} (one engine per job): give it resource"
-                " generator_gpus: 1"
-            )
-
-
-def first_misfit(plans: list[RulePlan]) -> RulePlan | None:
-    return next((p for p in plans if not p.fits), None)
-
-
-def check_fits(plans: list[RulePlan], source: str) -> None:
-    """Raise the one-line error of the first rule that does not fit its job's GPUs."""
-    misfit = first_misfit(plans)
-    if misfit is not None:
-        raise ReasonRLError(misfit_message(misfit, source))
-
-
-def misfit_message(plan: RulePlan, source: str) -> str:
-    """The one line a recipe that cannot fit fails with."""
-    if plan.generator > plan.generator_memory:
-        return (
-            f"{source}: rule {plan.rule}'s generator needs {plan.generator / GIB:.1f} GiB on its"
-            f" own GPU, over the {plan.generator_memory / GIB:.1f} GiB it may use ('reasonrl"
-            " plan' prints the table)"
-        )
-    if plan.gpus_needed:
-        need = f"it needs {plan.gpus_needed} such GPUs"
-    elif plan.launched:
-        need = "no job of up to 64 such GPUs fits it"
-    else:
-        need = "it runs on one GPU (not launched over several)"
-    return (
-        f"{source}: rule {plan.rule} needs {plan.total / GIB:.1f} GiB per GPU on {plan.gpus}"
-        f" GPU(s) (ZeRO-{plan.zero}), over the {plan.gpu_memory / GIB:.1f} GiB it may use;"
-        f" {need} ('reasonrl plan' prints the table)"
-    )
 
 
 def plan_rows(plans: list[RulePlan]) -> list[dict]:
