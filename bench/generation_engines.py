@@ -20,7 +20,7 @@ from record import append
 
 from reasonrl.chat import render
 from reasonrl.config import load_config
-from reasonrl.generation import SamplingParams
+from reasonrl.generation import EngineSettings, SamplingParams
 from reasonrl.generation.hf import HFEngine
 from reasonrl.generation.vllm_engine import VLLMEngine
 from reasonrl.io import write_jsonl
@@ -58,7 +58,8 @@ def main() -> None:
         ]
         hf_seconds, hf_tokens, hf_texts = timed(hf, prompts, params)
         del hf
-        vllm = VLLMEngine.from_pretrained(f"{tmp}/m", config["generation"])
+        options = EngineSettings.from_section(config["generation"]).vllm
+        vllm = VLLMEngine.from_pretrained(f"{tmp}/m", options)
         vllm_seconds, vllm_tokens, vllm_texts = timed(vllm, prompts, params)
     same = sum(a == b for a, b in zip(hf_texts, vllm_texts, strict=True))
     hf_rate, vllm_rate = hf_tokens / hf_seconds, vllm_tokens / vllm_seconds

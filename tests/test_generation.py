@@ -187,3 +187,18 @@ def test_no_module_builds_sampled_params_by_hand():
         if by_hand.search(line)
     ]
     assert not found, found
+
+
+def test_the_generation_section_is_typed_once_with_the_schemas_defaults():
+    """EngineSettings is the generation section: its defaults are the schema's, and a
+    section's values reach every field (the vllm options too)."""
+    from reasonrl.config import validate_config
+    from reasonrl.generation import EngineSettings, VLLMOptions
+
+    assert EngineSettings.from_section(validate_config({})["generation"]) == EngineSettings()
+    section = validate_config(
+        {"generation": {"engine": "vllm", "batch_size": 7, "vllm": {"max_model_len": 64}}}
+    )["generation"]
+    settings = EngineSettings.from_section(section)
+    assert (settings.engine, settings.batch_size) == ("vllm", 7)
+    assert settings.vllm == VLLMOptions(max_model_len=64)

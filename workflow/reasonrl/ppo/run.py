@@ -54,7 +54,7 @@ from accelerate import PartialState
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
-from reasonrl.generation import SamplingParams, make_engine
+from reasonrl.generation import EngineSettings, SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import atomic_path
 from reasonrl.memory_plan import buffer_rows, buffer_steps_message
@@ -246,6 +246,7 @@ class PPORun:
         remote: bool = False,
     ):
         self.settings, self.sections, self.variant = settings, sections, variant
+        self.generation = EngineSettings.from_section(sections["generation"])
         self.start_path = start_path
         self._generator = None  # the vLLM engine, made at the first rollouts
         self.server, self.remote = server, remote
@@ -381,12 +382,12 @@ class PPORun:
         """What samples the live policy: the HF engine on the policy itself, or (generation.
         engine vllm) one vLLM engine, made once from the start model and sent the policy's
         merged weights before each use."""
-        generation = self.sections["generation"]
-        if generation["engine"] == "hf":
-            return HFEngine(self.model.policy, self.tokenizer, generation["batch_size"])
+        generation = self.generation
+        if generation.engine == "hf":
+            return HFEngine(self.model.policy, self.tokenizer, generation.batch_size)
         if self._generator is None:
             dtype = self.sections["policy"]["dtype"]
-            self._generator = make_engine(generation["engine"], self.start_path, generation, dtype)
+            self._generator = make_engine(generation, self.start_path, dtype)
         self._generator.load_weights(merged_state_dict(self.model.policy))
         return self._generator
 

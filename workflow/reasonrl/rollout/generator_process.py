@@ -176,13 +176,13 @@ def serve_rollouts(spec: RolloutSpec, requests, replies, stop) -> None:
     ("weight", name, tensor) requests collect a new state one entry at a time, ("load",)
     loads it into the engine, ("rollouts", problems, style, samples, params, policy) replies
     with run_rollouts' rows."""
-    from reasonrl.generation import make_engine
+    from reasonrl.generation import EngineSettings, make_engine
     from reasonrl.rollout import RolloutSettings, run_rollouts
     from reasonrl.sandbox import Sandbox
 
     config = spec.config
-    generation, dtype = config["generation"], config["policy"]["dtype"]
-    engine = make_engine(generation["engine"], spec.model_path, generation, dtype)
+    generation = EngineSettings.from_section(config["generation"])
+    engine = make_engine(generation, spec.model_path, config["policy"]["dtype"])
     limits = RolloutSettings.from_config(config["rollout"])
     sandbox = Sandbox.from_config(config["sandbox"])
     state: dict[str, torch.Tensor] = {}

@@ -8,7 +8,7 @@ import logging
 from functools import cache
 from pathlib import Path
 
-from reasonrl.generation import SamplingParams, make_engine
+from reasonrl.generation import EngineSettings, SamplingParams, make_engine
 from reasonrl.io import read_jsonl, write_csv, write_json, write_jsonl
 from reasonrl.manifest import Provenance, scheduler_provenance
 from reasonrl.rollout import RolloutSettings, run_rollouts
@@ -61,10 +61,8 @@ def policy_trajectories(
     """Greedy trajectories for pass@1 and sampled ones for pass@k / maj@k, made shard by
     shard (`shards` keeps the finished ones)."""
     section = config["evaluation"]
-    generation = config["generation"]
-    engine = cache(
-        lambda: make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
-    )
+    generation = EngineSettings.from_section(config["generation"])
+    engine = cache(lambda: make_engine(generation, model, config["policy"]["dtype"]))
     sandbox = Sandbox.from_config(config["sandbox"])
     limits = RolloutSettings.from_config(config["rollout"])
     seed = config["seed"]
@@ -80,7 +78,7 @@ def policy_trajectories(
             )
         return {"greedy": greedy, "sampled": sampled}
 
-    made = shards.map("problems", problems, generation["shard_size"], shard)
+    made = shards.map("problems", problems, generation.shard_size, shard)
     return made.get("greedy", []), made.get("sampled", [])
 
 

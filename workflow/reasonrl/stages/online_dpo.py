@@ -47,6 +47,7 @@ def online_dpo(
     per-step metrics (JSON + CSV) and the manifest. Under accelerate launch the learner is
     data parallel and the main process runs the generator (reasonrl.online_dpo.learner);
     `generator_gpus` 1: the generator samples on the job's GPU after the learner's."""
+    from reasonrl.generation import EngineSettings
     from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
     from reasonrl.online_dpo.settings import OnlineDPOSettings
@@ -89,7 +90,7 @@ def online_dpo(
             store.reset_unless_resuming(run.checkpoints.latest() is not None)
             spec = GeneratorSpec(
                 settings=online,
-                generation=config["generation"],
+                generation=EngineSettings.from_section(config["generation"]),
                 rollout=RolloutSettings.from_config(config["rollout"]),
                 sandbox=config["sandbox"],
                 dtype=dtype,

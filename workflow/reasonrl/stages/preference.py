@@ -122,7 +122,7 @@ def _count_by(rows: list[dict], key) -> dict[str, int]:
 
 
 def _model_rephraser(config: dict):
-    from reasonrl.generation import SamplingParams, make_engine
+    from reasonrl.generation import EngineSettings, SamplingParams, make_engine
     from reasonrl.preference.augment import model_rephrasings
 
     prompts = config["preference"]["prompts"]
@@ -131,8 +131,8 @@ def _model_rephraser(config: dict):
         raise ReasonRLError(
             "config key 'preference.prompts.rephrase' is 'model' but rephrase_model is not set"
         )
-    generation = config["generation"]
-    engine = make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
+    generation = EngineSettings.from_section(config["generation"])
+    engine = make_engine(generation, model, config["policy"]["dtype"])
     params = SamplingParams.from_section(prompts["rephrase_sampling"], config["seed"])
     return lambda questions: model_rephrasings(engine, questions, params)
 
@@ -155,7 +155,7 @@ def sample_round(
     The samples of one policy are numbered after those of the policies before it, and each
     policy gets its own seed stream.
     """
-    from reasonrl.generation import SamplingParams, make_engine
+    from reasonrl.generation import EngineSettings, SamplingParams, make_engine
     from reasonrl.rollout import RolloutSettings, run_rollouts
     from reasonrl.sandbox import Sandbox
     from reasonrl.shards import ShardStore, fingerprint, shard_seed
@@ -170,7 +170,7 @@ def sample_round(
     problems = read_jsonl(prompts_path, schema="problem")
     sandbox = Sandbox.from_config(config["sandbox"])
     limits = RolloutSettings.from_config(config["rollout"])
-    generation = config["generation"]
+    generation = EngineSettings.from_section(config["generation"])
     stamp = fingerprint(
         "sample-round", provenance.config, provenance.hashes, samplers, round_no, style
     )
@@ -181,18 +181,14 @@ def sample_round(
         if n == 0:
             continue
         # Made on first use, so a sampler whose shards are all finished loads no model.
-        engine = cache(
-            lambda m=model: make_engine(
-                generation["engine"], m, generation, config["policy"]["dtype"]
-            )
-        )
+        engine = cache(lambda m=model: make_engine(generation, m, config["policy"]["dtype"]))
 
         def shard(part: list[dict], index: int, k=k, name=name, n=n, engine=engine) -> dict:
             seed = shard_seed(config["seed"] * 1000 + round_no * 10 + k, index)
             params = SamplingParams.from_section(section, seed)
             return {"rows": run_rollouts(engine(), part, style, n, params, limits, sandbox, name)}
 
-        made = shards.map(f"sampler{k}", problems, generation["shard_size"], shard)
+        made = shards.map(f"sampler{k}", problems, generation.shard_size, shard)
         for row in made.get("rows", []):
             row["sample"] += offset
         rows += made.get("rows", [])

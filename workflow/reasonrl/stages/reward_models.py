@@ -14,7 +14,7 @@ import numpy as np
 
 from reasonrl.config import MATCHED_SELECTIONS
 from reasonrl.errors import ReasonRLError
-from reasonrl.generation import SamplingParams, make_engine
+from reasonrl.generation import EngineSettings, SamplingParams, make_engine
 from reasonrl.io import read_json, read_jsonl, write_csv, write_json, write_jsonl, write_text
 from reasonrl.manifest import Provenance, scheduler_provenance
 from reasonrl.rewards.annotation import AnnotationStats, annotate
@@ -58,10 +58,8 @@ log = logging.getLogger(__name__)
 
 def _engine(config: dict, model: str):
     """The engine, made on first call: a rerun whose shards are all finished loads no model."""
-    generation = config["generation"]
-    return cache(
-        lambda: make_engine(generation["engine"], model, generation, config["policy"]["dtype"])
-    )
+    generation = EngineSettings.from_section(config["generation"])
+    return cache(lambda: make_engine(generation, model, config["policy"]["dtype"]))
 
 
 def _shards(
