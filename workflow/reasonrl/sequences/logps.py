@@ -163,20 +163,47 @@ def predicting_positions(targets: torch.Tensor) -> torch.Tensor:
     return targets[:, 1:].bool().any(0).nonzero().flatten()
 
 
-def sequence_logps(
-    model: torch.nn.Module, batch: dict[str, torch.Tensor]
+def predicting_logits(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], targets: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of log pi(token | prefix) over the score mask of each row, and the token counts.
-
-    Logits are made only at the positions that predict a scored token (predicting_positions).
-    """
-    kept = predicting_positions(batch["score_mask"])
+    """The model's logits only at the positions that predict a target of some row
+    (predicting_positions of `targets` [B, T]), and those positions."""
+    kept = predicting_positions(targets)
     logits = model(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],
         use_cache=False,
         logits_to_keep=kept,
     ).logits
+    return logits, kept
+
+
+def pad_with_action_logps(
+    seqs: Sequence[MaskedSequence], per_token: dict[str, list[list[float]]], pad_id: int
+) -> dict[str, torch.Tensor]:
+    """pad_sequences' rows with the shifted action mask [B, T-1] (the scored tokens after the
+    first position: the model's own) and, for each name of `per_token`, its values (one
+    list per sequence, one value per action, e.g. a policy's log-probs) placed on the
+    actions, 0 elsewhere."""
+    batch = pad_sequences(seqs, pad_id)
+    action = batch["score_mask"][:, 1:].bool()
+    for name, rows in per_token.items():
+        values = torch.zeros(action.shape)
+        for i, row in enumerate(rows):
+            values[i, action[i]] = torch.tensor(row, dtype=torch.float32)
+        batch[name] = values
+    batch["action_mask"] = action.long()
+    return batch
+
+
+def sequence_logps(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of log pi(token | prefix) over the score mask of each row, and the token counts.
+
+    Logits are made only at the positions that predict a scored token (predicting_logits).
+    """
+    logits, kept = predicting_logits(model, batch, batch["score_mask"])
     scored = batch["score_mask"][:, 1:][:, kept].bool()
     targets = batch["input_ids"][:, 1:][:, kept][scored]
     picked = logits[scored].float().log_softmax(-1).gather(1, targets.unsqueeze(-1)).squeeze(-1)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.sequences import MaskedSequence, pad_sequences, predicting_positions
+from reasonrl.sequences import MaskedSequence, pad_with_action_logps, predicting_logits
 
 AGGREGATIONS = ("grpo", "dapo", "dr_grpo")
 SCALES = ("group", "batch", "none")
@@ -166,20 +166,11 @@ def grpo_batch(
     """Padded rows with the shifted action mask (the model's own tokens; none for a sample
     `trained` leaves out, e.g. an overlong one filtered), the sampling policy's and the
     reference's log-prob of each action, and each sample's advantage."""
-    batch = pad_sequences(seqs, pad_id)
-    action = batch["score_mask"][:, 1:].bool()
-    old = torch.zeros(action.shape)
-    ref = torch.zeros(action.shape)
-    for i, (gen, sft) in enumerate(zip(behaviour_tokens, ref_tokens, strict=True)):
-        old[i, action[i]] = torch.tensor(gen, dtype=torch.float32)
-        ref[i, action[i]] = torch.tensor(sft, dtype=torch.float32)
-    keep = torch.tensor(trained, dtype=torch.bool).unsqueeze(1)
-    batch.update(
-        action_mask=(action & keep).long(),
-        old_logps=old,
-        ref_token_logps=ref,
-        advantages=torch.tensor(advantages, dtype=torch.float32),
-    )
+    per_token = {"old_logps": behaviour_tokens, "ref_token_logps": ref_tokens}
+    batch = pad_with_action_logps(seqs, per_token, pad_id)
+    keep = torch.tensor(trained, dtype=torch.long).unsqueeze(1)
+    batch["action_mask"] = batch["action_mask"] * keep
+    batch["advantages"] = torch.tensor(advantages, dtype=torch.float32)
     return batch
 
 
@@ -190,13 +181,7 @@ def action_logps_and_entropy(
     (fp32, zero off the actions); logits are made only at the positions that predict an
     action of some row."""
     actions = batch["action_mask"].bool()
-    kept = predicting_positions(torch.nn.functional.pad(actions, (1, 0)))
-    logits = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        use_cache=False,
-        logits_to_keep=kept,
-    ).logits
+    logits, kept = predicting_logits(model, batch, torch.nn.functional.pad(actions, (1, 0)))
     logps = logits.float().log_softmax(-1)
     targets = batch["input_ids"][:, 1:][:, kept]
     picked = logps.gather(2, targets.unsqueeze(-1)).squeeze(-1)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from reasonrl.errors import ReasonRLError
-from reasonrl.sequences import MaskedSequence, pad_sequences, sequence_logps
+from reasonrl.sequences import MaskedSequence, pad_sequences, pad_with_action_logps, sequence_logps
 from reasonrl.training.grpo import GRPOSettings, grpo_loss
 from reasonrl.training.grpo import units as grpo_units
 from reasonrl.training.ppo import (
@@ -240,19 +240,9 @@ def ppo_batch(
 ) -> dict:
     """Padded rows with the shifted action mask (the model's own tokens), the generating
     policy's and the SFT reference's log-prob of each action, and the sequence rewards."""
-    batch = pad_sequences(seqs, pad_id)
-    action = batch["score_mask"][:, 1:].bool()
-    old = torch.zeros(action.shape)
-    ref = torch.zeros(action.shape)
-    for i, (gen, sft) in enumerate(zip(behaviour_tokens, ref_tokens, strict=True)):
-        old[i, action[i]] = torch.tensor(gen, dtype=torch.float32)
-        ref[i, action[i]] = torch.tensor(sft, dtype=torch.float32)
-    batch.update(
-        action_mask=action.long(),
-        old_logps=old,
-        ref_token_logps=ref,
-        scores=torch.tensor(rewards, dtype=torch.float32),
-    )
+    per_token = {"old_logps": behaviour_tokens, "ref_token_logps": ref_tokens}
+    batch = pad_with_action_logps(seqs, per_token, pad_id)
+    batch["scores"] = torch.tensor(rewards, dtype=torch.float32)
     return batch
 
 
