@@ -6,7 +6,7 @@ split: the frontier's reward_models pool (100 prompts; only `make test-verificat
 Tuning reads these numbers, never the test splits (docs/experiment-design.md, "GRPO on the
 frontier: the pilot").
 
-    python experiments/grpo_pilot.py OUT [--arms grpo,dr_grpo,dapo] [--lr 1e-5] [--seed 0]
+    python experiments/grpo_pilot.py OUT [--arms grpo,dr-grpo,dapo] [--lr 1e-5] [--seed 0]
 
 OUT keeps the start (reused when present) and one folder per arm; prints one line per arm
 (pass@1, paired difference to the start with its bootstrap CI and exact McNemar p, the run's
@@ -33,7 +33,7 @@ from reasonrl.stats.comparisons import compare, greedy_correct  # noqa: E402
 # aggregation, clip-higher); the learning rate and the budget are the run's.
 ARMS = {
     "grpo": {"beta": 0.04},  # DeepSeekMath
-    "dr_grpo": {"scale_rewards": "none", "aggregation": "dr_grpo"},
+    "dr-grpo": {"scale_rewards": "none", "aggregation": "dr_grpo"},
     "dapo": {"aggregation": "dapo", "clip_high": 0.28, "dynamic_sampling": True},
 }
 BUDGET = {"steps": 32, "prompts_per_step": 16, "samples_per_prompt": 4, "temperature": 0.7}
@@ -69,7 +69,7 @@ def grpo_run(start_run: dict, arm: str, lr: float) -> dict:
     variant = {"name": arm, "mode": "async", "loss": "grpo", "off_policy": 1, "grpo": ARMS[arm]}
     online = {**BUDGET, "lr": lr, "task": FRONTIER, "variants": [variant]}
     config = validate_config({**start_run["config"], "online_dpo": online})
-    name = f"grpo-{arm}"
+    name = f"grpo-{arm}-lr{lr:g}"
     metrics = run_online(
         config, arm, str(root / "sft"), str(pool / "problems.jsonl"), "tool", 2, str(root / name)
     )
@@ -79,7 +79,7 @@ def grpo_run(start_run: dict, arm: str, lr: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--arms", default="grpo,dr_grpo,dapo")
+    parser.add_argument("--arms", default="grpo,dr-grpo,dapo")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
