@@ -1,4 +1,6 @@
-"""Shared fixtures: a runner for the repository's Snakefile with the venv on PATH."""
+"""Shared fixtures: a runner for the repository's Snakefile with the venv on PATH, root's
+local run of config/test.yaml, the ordinary account, the session's SLURM cluster; the Docker
+daemon, image and registry fixtures are tests/container_fixtures.py's (a plugin, below)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import reasonrl  # noqa: F401 (pins torch's and MKL's float code path before a test imports torch)
+
+# The image and registry fixtures, shared by tests/test_containers.py and tests/test_slurm.py.
+pytest_plugins = ["container_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -80,3 +86,30 @@ def ordinary_account():
     if os.geteuid() != 0:
         pytest.skip("needs root: it makes the ordinary account and runs as it")
     return ordinary_user()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The session's SLURM cluster (tests/slurm_cluster.py), one for every test that needs one."""
+    root = Path(tempfile.mkdtemp(prefix="reasonrl-slurm-"))  # munged refuses pytest's 0700 tree
+    running = start_cluster(root)
+    yield running
+    running.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def start_cluster(root: Path):
+    """The test cluster under `root`, or a skip naming what it lacks."""
+    from slurm_cluster import SlurmCluster, missing_programs
+
+    missing = missing_programs()
+    if missing:
+        pytest.skip(
+            f"SLURM is not installed ({', '.join(missing)} missing): `make test-deps` "
+            "installs slurm-wlm and munge (as root)"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster starts slurmd and munged as root")
+    # A 16-CPU node with 2 fake GPUs (slurmd trusts the config): the profile's real requests
+    # (8 CPUs per GPU, 64 GB) fit, while the jobs run on this machine's cores.
+    return SlurmCluster(root, cpus=16, memory_mb=131072, gpus=2).start()

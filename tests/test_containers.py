@@ -16,8 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -324,60 +322,6 @@ def test_gpu_dockerfile_installs_the_lock_by_hash():
 # --- Docker -------------------------------------------------------------------------------------
 
 
-def _docker_answers() -> bool:
-    try:
-        docker_client("test")
-        return True
-    except ReasonRLError:
-        return False
-
-
-@pytest.fixture(scope="session")
-def docker_daemon():
-    """A Docker daemon that answers; started here (and stopped after) if none does. The
-    session's dangling images are pruned after it."""
-    if _docker_answers():
-        yield
-        _prune_dangling_images()
-        return
-    dockerd = shutil.which("dockerd", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
-    if dockerd is None or os.geteuid() != 0:
-        pytest.skip("no Docker daemon: `make test-deps` installs docker.io (as root)")
-    log = open(Path("/tmp") / f"reasonrl-dockerd-{os.getpid()}.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen([dockerd], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not _docker_answers():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"dockerd did not come up; see {log.name}")
-        time.sleep(0.5)
-    yield
-    _prune_dangling_images()
-    process.terminate()
-    process.wait(timeout=30)
-    log.close()
-
-
-def _prune_dangling_images() -> None:
-    """Untagged images are what a failed or superseded build leaves: gigabytes a session
-    would otherwise hand to the next one on the same disk."""
-    docker_client("pruning dangling images").images.prune(filters={"dangling": True})
-
-
-@pytest.fixture(scope="session")
-def cpu_image(docker_daemon, tmp_path_factory) -> Path:
-    """The CPU image built from a local debootstrap base; returns a lock that pins it."""
-    if shutil.which("debootstrap") is None:
-        pytest.skip("debootstrap missing: `make test-deps` installs it (as root)")
-    lock = tmp_path_factory.mktemp("lock") / "images.lock.yaml"
-    command = [str(VENV_BIN / "reasonrl"), "containers", "build", "--local-base"]
-    result = subprocess.run(
-        [*command, "--image", "cpu", "--write-lock", str(lock)], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return lock
-
-
 @pytest.fixture(scope="session")
 def docker_run(cpu_image, snakemake, tmp_path_factory) -> Path:
     """config/test.yaml with containers.engine docker: every rule in the CPU image."""
@@ -442,51 +386,6 @@ def test_every_rule_ran_in_the_pinned_image_and_says_so(docker_run, cpu_image, t
 
 # --- publishing to a real local registry -------------------------------------------------------
 
-
-@pytest.fixture(scope="session")
-def local_registry(tmp_path_factory):
-    """Debian's docker-registry on 127.0.0.1 (a free port), stopped after the session."""
-    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
-        pytest.skip("docker-registry or skopeo missing: `make test-deps` installs them (as root)")
-    registry = LocalRegistry(tmp_path_factory.mktemp("registry")).start()
-    yield registry
-    registry.stop()
-
-
-@pytest.fixture(scope="session")
-def published_cpu_image(cpu_image, local_registry, tmp_path_factory) -> Path:
-    """The CPU image of the session, taken (not rebuilt) and pushed by `containers publish`;
-    returns the lock it pinned it in."""
-    lock = tmp_path_factory.mktemp("published") / "images.lock.yaml"
-    shutil.copy(cpu_image, lock)
-    command = [str(VENV_BIN / "reasonrl"), "containers", "publish", "--local-base"]
-    registry = f"{local_registry.host}/reasonrl"
-    started = time.monotonic()
-    result = subprocess.run(
-        [*command, "--registry", registry, "--lock", str(lock)], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "building" not in result.stderr  # the session's image, taken as it is
-    print(f"containers publish: {time.monotonic() - started:.0f} s; {result.stdout.strip()}")
-    return lock
-
-
-@pytest.fixture(scope="session")
-def pulled_cpu_image(published_cpu_image) -> StageImage:
-    """The published image removed here (every tag) and pulled back by the lock's digest."""
-    import docker
-
-    image = load_lock(published_cpu_image).stage_image("cpu")
-    client = docker_client("test")
-    client.images.remove(image.image_id, force=True)
-    with pytest.raises(docker.errors.ImageNotFound):
-        client.images.get(image.image_id)
-    started = time.monotonic()
-    pulled = client.images.pull(image.pinned)
-    print(f"pull by digest: {time.monotonic() - started:.0f} s")
-    assert pulled.id == image.image_id  # the same image config, so the same image id
-    assert image.pinned in pulled.attrs["RepoDigests"]
-    return image
 
 
 BASE_IMAGE = f"{LOCAL_BASE_REPOSITORY}:bookworm"
@@ -636,21 +535,10 @@ def test_apptainer_definition_takes_the_published_image_as_a_build_argument():
 # --- the cluster path end to end: SLURM jobs in the image pulled by digest ---------------------
 
 
-@pytest.fixture(scope="module")
-def slurm():
-    from test_slurm import start_cluster
-
-    root = Path(tempfile.mkdtemp(prefix="reasonrl-slurm-"))  # munged refuses pytest's 0700 tree
-    running = start_cluster(root)
-    yield running
-    running.stop()
-    shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.mark.workflow
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_slurm_jobs_run_a_split_stage_in_the_image_pulled_by_digest(
-    pulled_cpu_image, published_cpu_image, slurm, tmp_path
+    pulled_cpu_image, published_cpu_image, cluster, tmp_path
 ):
     """What a cluster user runs: the profile, the lock `containers publish` wrote, an evaluation
     split over two part jobs; every job is a SLURM job in the image pulled by its digest."""
@@ -666,7 +554,7 @@ def test_slurm_jobs_run_a_split_stage_in_the_image_pulled_by_digest(
     command += ["--configfile", "config/test.yaml", "cluster.yaml"]
     # The node's GPUs are fake: Docker could only pass real ones (--gpus needs NVIDIA's runtime).
     command += ["--set-resources", "evaluate:gpu=0", "evaluate_part:gpu=0"]
-    env = {**slurm.env, "PATH": f"{VENV_BIN}{os.pathsep}{slurm.env['PATH']}"}
+    env = {**cluster.env, "PATH": f"{VENV_BIN}{os.pathsep}{cluster.env['PATH']}"}
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-6000:]
     manifests = sorted((tmp_path / "results").rglob("manifest.json"))

@@ -1,7 +1,8 @@
 """profiles/slurm: what the profile asks of SLURM, and config/test.yaml run on a real cluster.
 
 The cluster is Debian's slurm-wlm 22.05 with munge, brought up under a temporary folder by
-tests/slurm_cluster.py (`make test-deps` installs the packages, as root). Apptainer cannot be
+tests/slurm_cluster.py (`make test-deps` installs the packages, as root), one per session (the
+`cluster` fixture of tests/conftest.py). Apptainer cannot be
 installed on this machine kind, so the cluster run uses the profile without its
 software-deployment-method (the rules run in the venv); the images are tested by
 tests/test_containers.py. The run is submitted by an ordinary account (tests/ordinary_user.py)
@@ -17,14 +18,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 from run_results import differing_results
-from slurm_cluster import SlurmCluster, missing_programs
 from tracked import assert_one_tracking_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -189,30 +188,6 @@ def test_make_installs_the_profile_where_snakemake_finds_it_by_name(snakemake, t
 
 
 # --- a real cluster --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    root = Path(tempfile.mkdtemp(prefix="reasonrl-slurm-"))
-    running = start_cluster(root)
-    yield running
-    running.stop()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def start_cluster(root: Path) -> SlurmCluster:
-    """The test cluster under `root`, or a skip naming what it lacks."""
-    missing = missing_programs()
-    if missing:
-        pytest.skip(
-            f"SLURM is not installed ({', '.join(missing)} missing): `make test-deps` "
-            "installs slurm-wlm and munge (as root)"
-        )
-    if os.geteuid() != 0:
-        pytest.skip("the test cluster starts slurmd and munged as root")
-    # A 16-CPU node with 2 fake GPUs (slurmd trusts the config): the profile's real requests
-    # (8 CPUs per GPU, 64 GB) fit, while the jobs run on this machine's cores.
-    return SlurmCluster(root, cpus=16, memory_mb=131072, gpus=2).start()
 
 
 @pytest.fixture(scope="module")
