@@ -1,6 +1,7 @@
 """The session's Docker daemon, CPU image, local registry and the image published to it and
-pulled back by digest: fixtures of tests/test_containers.py, registered by tests/conftest.py
-as a pytest plugin so that every test module can share one of each per session.
+pulled back by digest: fixtures of tests/test_containers.py and of tests/test_slurm.py's
+cluster run (which runs every rule in the pulled image), registered by tests/conftest.py as a
+pytest plugin so that both modules share one of each per session.
 
 `make test-deps` installs docker.io, debootstrap, docker-registry and skopeo (as root); the
 session starts dockerd when none answers and stops it again. Without them the fixtures skip
@@ -125,3 +126,11 @@ def pulled_cpu_image(published_cpu_image) -> StageImage:
     assert image.pinned in pulled.attrs["RepoDigests"]
     return image
 
+
+@pytest.fixture(scope="session")
+def docker_account(docker_daemon, ordinary_account):
+    """The ordinary account (tests/ordinary_user.py) in the docker group, so that the Docker
+    runner it starts (a rule's shell under containers.engine docker) reaches the daemon."""
+    name = ordinary_account.name
+    subprocess.run(["usermod", "--append", "--groups", "docker", name], check=True)
+    return ordinary_account

@@ -1,13 +1,15 @@
 """profiles/slurm: what the profile asks of SLURM, and config/test.yaml run on a real cluster.
 
 The cluster is Debian's slurm-wlm 22.05 with munge, brought up under a temporary folder by
-tests/slurm_cluster.py (`make test-deps` installs the packages, as root), one per session (the
-`cluster` fixture of tests/conftest.py). Apptainer cannot be
-installed on this machine kind, so the cluster run uses the profile without its
-software-deployment-method (the rules run in the venv); the images are tested by
-tests/test_containers.py. The run is submitted by an ordinary account (tests/ordinary_user.py)
-from its own copy, as on a cluster every job runs as its user: it is also the unprivileged
-lane's DAG (tests/test_unprivileged.py).
+tests/slurm_cluster.py (`make test-deps` installs the packages, as root); one per session (the
+`cluster` fixture of tests/conftest.py). Apptainer cannot be installed on this machine kind,
+so the cluster run uses the profile without its software-deployment-method and runs every
+rule in the CPU image through Docker instead (`containers.engine: docker`), pulled by the
+digest that `containers publish` pinned in a local registry (tests/container_fixtures.py).
+The run is submitted by an ordinary account (tests/ordinary_user.py) from its own copy, as
+on a cluster every job runs as its user: it is the unprivileged lane's DAG
+(tests/test_unprivileged.py) and the Docker path's DAG (tests/test_containers.py) too, and
+its results must equal root's native local run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import pytest
 import yaml
 from run_results import differing_results
 from tracked import assert_one_tracking_run
+
+from reasonrl.containers.lock import load_lock
 
 REPO = Path(__file__).resolve().parents[1]
 # Building the image or running the workflow on SLURM (the session fixtures) can take longer
@@ -187,34 +191,57 @@ def test_make_installs_the_profile_where_snakemake_finds_it_by_name(snakemake, t
     assert result.returncode != 0
 
 
-# --- a real cluster --------------------------------------------------------------------------
+# --- a real cluster, every rule in the image pulled by digest ---------------------------------
+
+
+def profile_for_the_image(folder: Path) -> Path:
+    """profiles/slurm less Apptainer, with each GPU rule's `gpu: N` asked of SLURM as
+    `gres: gpu:N` and `gpu: 0`. SLURM still gives the job N of the node's fake GPUs (and its
+    CUDA_VISIBLE_DEVICES, and --cpus-per-gpu's CPUs), while the Docker runner, which reads
+    `gpu`, asks Docker for none: Docker can pass only real GPUs (`--gpus` needs NVIDIA's
+    container runtime)."""
+    profile = yaml.safe_load((profile_without_apptainer(folder) / "config.yaml").read_text())
+    for resources in profile["set-resources"].values():
+        if resources.get("gpu"):
+            # quoted: Snakemake reads a set-resources value as a number or an expression
+            resources["gres"] = f"'gpu:{resources['gpu']}'"
+            resources["gpu"] = 0
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
+    return folder
 
 
 @pytest.fixture(scope="module")
-def slurm_run(cluster, ordinary_account, tmp_path_factory) -> Path:
+def slurm_run(cluster, docker_account, pulled_cpu_image, published_cpu_image) -> Path:
     """config/test.yaml through the SLURM executor, submitted by an ordinary account from its
-    own set-up copy (tests/ordinary_user.py), as every researcher's jobs run: with
-    profiles/slurm (minus Apptainer) and every generation stage split into part jobs. Its
-    results are the unprivileged lane's DAG (issue 45): they must equal root's local run."""
-    user = ordinary_account
+    own set-up copy (tests/ordinary_user.py), as every researcher's jobs run, with every rule
+    in the CPU image pulled by the digest `containers publish` pinned (containers.engine
+    docker, the published lock; tests/container_fixtures.py): profiles/slurm (minus
+    Apptainer, GPUs as in profile_for_the_image) and every generation stage split into part
+    jobs. Its results must equal root's native local run. It is the unprivileged lane's DAG
+    (issue 45) and the Docker path's DAG: one run instead of a SLURM, a Docker and a split
+    stage's run."""
+    user = docker_account
     workdir = user.home / "slurm-run"
     shutil.rmtree(workdir, ignore_errors=True)
     shutil.copytree(REPO / "config", workdir / "config")
-    (workdir / "split.yaml").write_text(yaml.safe_dump({"split": SPLIT}))
-    profile = profile_without_apptainer(workdir / "profile")
+    lock = workdir / "images.lock.yaml"  # the user's own copy: root's tmp folders are 0700
+    shutil.copy(published_cpu_image, lock)
+    extra = {"split": SPLIT, "containers": {"engine": "docker", "lock": str(lock)}}
+    (workdir / "cluster.yaml").write_text(yaml.safe_dump(extra))
+    profile = profile_for_the_image(workdir / "profile")
     subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workdir)], check=True)
     user_bin = user.repo / ".venv" / "bin"
     env = {**user.environment(), "SLURM_CONF": cluster.env["SLURM_CONF"]}
     env["PATH"] = os.pathsep.join([str(user_bin), cluster.env["PATH"]])
     command = [str(user_bin / "snakemake"), "--snakefile", str(user.repo / "Snakefile")]
-    command += ["--profile", str(profile), "--configfile", "config/test.yaml", "split.yaml"]
+    command += ["--profile", str(profile), "--configfile", "config/test.yaml", "cluster.yaml"]
     command += SAME_THREADS
     result = subprocess.run(
         user.command(command), cwd=workdir, env=env, capture_output=True, text=True
     )
     if result.returncode != 0:
         pytest.fail(
-            f"snakemake on SLURM as {user.name} failed:\n{result.stderr[-6000:]}\n"
+            f"snakemake on SLURM in the image as {user.name} failed:\n{result.stderr[-6000:]}\n"
             f"{cluster.log('slurmctld')[-2000:]}"
         )
     return workdir
@@ -222,15 +249,9 @@ def slurm_run(cluster, ordinary_account, tmp_path_factory) -> Path:
 
 @pytest.mark.workflow
 @pytest.mark.timeout(HEAVY_TIMEOUT)
-def test_slurm_run_gives_the_local_runs_results(slurm_run, test_run):
-    assert differing_results(test_run, slurm_run) == []
-
-
-@pytest.mark.workflow
-@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_every_job_ran_as_the_submitting_ordinary_user(slurm_run, cluster, ordinary_account):
     """The jobs ran under the submitter's uid, not root's: SLURM says so of each, and every
-    result file is the user's."""
+    result file is the user's (written from the containers, as that uid, through the mount)."""
     jobs = {
         json.loads(path.read_text())["scheduler"]["SLURM_JOB_ID"]
         for path in (slurm_run / "results").rglob("manifest.json")
@@ -240,6 +261,14 @@ def test_every_job_ran_as_the_submitting_ordinary_user(slurm_run, cluster, ordin
         assert f"UserId={ordinary_account.name}({ordinary_account.uid})" in shown, shown
     owners = {path.stat().st_uid for path in (slurm_run / "results").rglob("*")}
     assert owners == {ordinary_account.uid}
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_slurm_run_in_the_image_gives_the_local_runs_results(slurm_run, test_run):
+    """Every result (trajectories, verdicts, metrics, weights) equals root's native local run:
+    on SLURM, as an ordinary user, split into part jobs, in the image."""
+    assert differing_results(test_run, slurm_run) == []
 
 
 @pytest.mark.workflow
@@ -260,17 +289,41 @@ def test_every_job_ran_as_a_slurm_job(slurm_run, test_run):
 
 @pytest.mark.workflow
 @pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_every_rule_ran_in_the_pinned_image_and_says_so(
+    slurm_run, pulled_cpu_image, cpu_image, test_run
+):
+    """Every job that writes a manifest ran in the CPU image by the reference and digest the
+    published lock pins: the image the session built (pulled_cpu_image removed it and pulled
+    it back by that digest), with the image's reasonrl and torch, not the user's venv's."""
+    assert pulled_cpu_image.image_id == load_lock(cpu_image).images["cpu"]["image_id"]
+    manifests = sorted((slurm_run / "results").rglob("manifest.json"))
+    local = sorted((test_run / "results").rglob("manifest.json"))  # every job that writes one
+    assert [p.relative_to(slurm_run) for p in manifests] == [p.relative_to(test_run) for p in local]
+    for path in manifests:
+        manifest = json.loads(path.read_text())
+        container = manifest["container"]
+        assert container["runtime"] == "docker" and container["image"] == "cpu", path
+        assert container["ref"] == pulled_cpu_image.pinned, path
+        assert container["digest"] == pulled_cpu_image.digest, path
+        assert manifest["container_image"] == pulled_cpu_image.digest, path
+        assert manifest["packages"]["torch"] == "2.13.0+cpu"
+        assert manifest["command"][0] == "/opt/venv/bin/reasonrl"  # the image's, not the venv's
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_a_split_stage_ran_as_part_jobs_on_slurm(slurm_run):
     """Each gathered output names the SLURM jobs of its parts: four distinct ones for an
     evaluation split four ways. test.yaml's stages are one shard each (its learning tests'
     draws depend on shard_size), so part 0 makes it and the others publish none;
     tests/test_split.py splits eight shards over four parts."""
-    manifest = json.loads((slurm_run / "results/eval/sft-tool/arith/manifest.json").read_text())
-    parts = manifest["parts"]
-    assert [(p["part"], p["count"]) for p in parts] == [(i, 4) for i in range(4)]
-    assert [p["made"] for p in parts] == [1, 0, 0, 0]
-    jobs = {p["scheduler"]["SLURM_JOB_ID"] for p in parts}
-    assert len(jobs) == 4 and manifest["scheduler"]["SLURM_JOB_ID"] not in jobs
+    for evaluation in ("eval/sft-tool/arith", "eval/base/arith"):
+        manifest = json.loads((slurm_run / "results" / evaluation / "manifest.json").read_text())
+        parts = manifest["parts"]
+        assert [(p["part"], p["count"]) for p in parts] == [(i, 4) for i in range(4)]
+        assert [p["made"] for p in parts] == [1, 0, 0, 0]
+        jobs = {p["scheduler"]["SLURM_JOB_ID"] for p in parts}
+        assert len(jobs) == 4 and manifest["scheduler"]["SLURM_JOB_ID"] not in jobs, evaluation
     for path in (slurm_run / "results").rglob("manifest.json"):
         stage = json.loads(path.read_text())["stage"]
         if stage in ("sample-round", "sample-rm-data", "annotate-prm", "best-of-n", "hgs-search"):
@@ -281,6 +334,10 @@ def test_a_split_stage_ran_as_part_jobs_on_slurm(slurm_run):
 @pytest.mark.workflow
 @pytest.mark.timeout(HEAVY_TIMEOUT)
 def test_gpu_rules_ran_on_the_fake_gpu_node_with_cuda_visible_devices(slurm_run, cluster):
+    """SLURM gave each GPU job one of the node's fake GPUs and 8 CPUs for it, and the
+    container saw its CUDA_VISIBLE_DEVICES. The run asks for them as `--gres=gpu:1` (see
+    profile_for_the_image), so SLURM shows them per node; the profile's own `gpu: 1` becomes
+    `--gpus=1` (test_profile_gpu_resources_become_the_plugins_gpu_and_cpu_flags)."""
     for folder in ["models/sft-tool", "models/sft-cot", "eval/sft-tool/arith"]:
         scheduler = json.loads((slurm_run / "results" / folder / "manifest.json").read_text())[
             "scheduler"
@@ -288,9 +345,20 @@ def test_gpu_rules_ran_on_the_fake_gpu_node_with_cuda_visible_devices(slurm_run,
         assert scheduler["SLURM_JOB_NODELIST"] == cluster.node
         assert scheduler["CUDA_VISIBLE_DEVICES"] in {"0", "1"}, folder
         job = cluster.run("scontrol", "show", "job", scheduler["SLURM_JOB_ID"]).stdout
-        assert "TresPerJob=gres:gpu:1" in job and "CpusPerTres=gres:gpu:8" in job, job
+        assert "TresPerNode=gres:gpu:1" in job and "CpusPerTres=gres:gpu:8" in job, job
     data = json.loads((slurm_run / "results/data/arith/manifest.json").read_text())
     assert "CUDA_VISIBLE_DEVICES" not in data["scheduler"]  # CPU rules get no GPU
+
+
+@pytest.mark.workflow
+@pytest.mark.timeout(HEAVY_TIMEOUT)
+def test_the_users_tool_loop_ran_its_sandbox_in_the_image(slurm_run):
+    """The tool loop's evaluation of sft-tool ran in the image as the ordinary user's uid, its
+    sandbox through a user namespace inside the container: no call was refused (its
+    trajectories and verdicts equal the native run's, its files are the user's: above)."""
+    target = slurm_run / "results/eval/sft-tool/arith/trajectories.jsonl"
+    statuses = [json.loads(line)["tool_status"] for line in target.open()]
+    assert "refused" not in {status for row in statuses for status in row}
 
 
 def test_multi_gpu_training_job_runs_under_accelerate_with_deepspeed(snakemake):

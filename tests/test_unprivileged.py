@@ -5,8 +5,9 @@ Run as root, the lane makes the account and sets the project up in its home; the
 then run as that user: every sandbox, pool, session, zygote, code-eval, rollout, forgery and
 escape test (their "no process left" checks count that user's processes). The lane's DAG is
 tests/test_slurm.py's: config/test.yaml submitted to SLURM by this account, as every job on a
-cluster runs, whose results (trajectories, verdicts, metrics, weights) must equal root's local
-run; a second, local run by the same account would repeat its stages for 3 minutes of CI.
+cluster runs, each rule in the CPU image (the Docker runner, as this account's uid), whose
+results (trajectories, verdicts, metrics, weights) must equal root's local run; a second,
+local run by the same account would repeat its stages for 3 minutes of CI.
 """
 
 from __future__ import annotations
