@@ -352,7 +352,6 @@ def test_runner_returns_the_commands_exit_status(cpu_image, tmp_path):
 # --- publishing to a real local registry -------------------------------------------------------
 
 
-
 BASE_IMAGE = f"{LOCAL_BASE_REPOSITORY}:bookworm"
 
 
