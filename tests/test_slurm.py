@@ -38,8 +38,10 @@ VENV_BIN = Path(sys.executable).parent
 PROFILE = REPO / "profiles/slurm/config.yaml"
 # Keys that need Apptainer, which this machine kind cannot install.
 APPTAINER_KEYS = ("software-deployment-method", "apptainer-args")
-# The local reference run (--cores 2) gives the torch stages one thread each; so do we.
-SAME_THREADS = ["--set-threads", "build_tiny_policy=1", "sft=1", "evaluate=1", "evaluate_part=1"]
+# The local reference run (--cores 2) gives the torch stages one thread each; so do we. Set in
+# the profile's set-threads: a --set-threads on the command line replaces the profile's, and
+# the other GPU rules would ask srun for more CPUs (threads) than their job holds.
+SAME_THREADS = {"build_tiny_policy": 1, "sft": 1, "evaluate": 1, "evaluate_part": 1}
 # Every generation stage spread over part jobs (config `split`): the outputs must still be the
 # local one-job run's, byte for byte.
 SPLIT = {
@@ -195,12 +197,14 @@ def test_make_installs_the_profile_where_snakemake_finds_it_by_name(snakemake, t
 
 
 def profile_for_the_image(folder: Path) -> Path:
-    """profiles/slurm less Apptainer, with each GPU rule's `gpu: N` asked of SLURM as
-    `gres: gpu:N` and `gpu: 0`. SLURM still gives the job N of the node's fake GPUs (and its
-    CUDA_VISIBLE_DEVICES, and --cpus-per-gpu's CPUs), while the Docker runner, which reads
-    `gpu`, asks Docker for none: Docker can pass only real GPUs (`--gpus` needs NVIDIA's
-    container runtime)."""
+    """profiles/slurm less Apptainer, SAME_THREADS in its set-threads, and each GPU rule's
+    `gpu: N` asked of SLURM as `gres: gpu:N` and `gpu: 0`. SLURM still gives the job N of the
+    node's fake GPUs (and its CUDA_VISIBLE_DEVICES, and --cpus-per-gpu's CPUs), while the
+    Docker runner, which reads `gpu`, asks Docker for none: Docker can pass only real GPUs
+    (`--gpus` needs NVIDIA's container runtime). Without `gpu` the job step's srun asks for
+    the rule's threads as --cpus-per-task (the profile's 8 at most)."""
     profile = yaml.safe_load((profile_without_apptainer(folder) / "config.yaml").read_text())
+    profile["set-threads"].update(SAME_THREADS)
     for resources in profile["set-resources"].values():
         if resources.get("gpu"):
             # quoted: Snakemake reads a set-resources value as a number or an expression
@@ -235,7 +239,6 @@ def slurm_run(cluster, docker_account, pulled_cpu_image, published_cpu_image) ->
     env["PATH"] = os.pathsep.join([str(user_bin), cluster.env["PATH"]])
     command = [str(user_bin / "snakemake"), "--snakefile", str(user.repo / "Snakefile")]
     command += ["--profile", str(profile), "--configfile", "config/test.yaml", "cluster.yaml"]
-    command += SAME_THREADS
     result = subprocess.run(
         user.command(command), cwd=workdir, env=env, capture_output=True, text=True
     )
