@@ -12,7 +12,7 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run readme test test-verification lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench
+.PHONY: run readme test test-verification test-seeds lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
@@ -30,6 +30,11 @@ test: setup
 # CI size, kept as strict xfails with their numbers, outside `make test` (about 25 min alone).
 test-verification: setup
 	$(BIN)/python -m pytest -ra tests/test_verification_learning.py
+
+# The SFT start's second seed (about 10 min alone), outside `make test`: every method of the
+# learning tests trains from the first seed's.
+test-seeds: setup
+	$(BIN)/python -m pytest -ra tests/test_sft_seeds.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -2,7 +2,8 @@
 docs/experiment-design.md ("A CI-sized frontier"), its config, the SFT start a seed trains with
 the stage functions the rules run, its greedy evaluations, and the verdict of a pre-registered
 gain. tests/test_preference_learning.py (in `make test`) and tests/test_verification_learning.py
-(`make test-verification`) both train their methods from `train_start(METHOD_SEED, ...)`.
+(`make test-verification`) both train their methods from `train_start(METHOD_SEED, ...)`;
+tests/test_sft_seeds.py (`make test-seeds`) trains a second seed's.
 """
 
 from __future__ import annotations
@@ -110,6 +111,13 @@ def verdict(row: dict) -> str:
         f"{row['name']}: {row['value_a']:.3f} vs {row['value_b']:.3f}, diff {row['diff']:+.3f} "
         f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], p_holm {row['p_holm']:.2g}"
     )
+
+
+def assert_copies_numbers(easy: dict) -> None:
+    """Item 0 of the curriculum: the start copies the question's numbers into its program
+    (copy accuracy) and solves the easy band, greedy."""
+    assert easy["copy_accuracy"] >= 0.95, f"copy accuracy {easy['copy_accuracy']:.3f}"
+    assert easy["greedy_pass@1"] >= 0.9, f"greedy pass@1 {easy['greedy_pass@1']:.3f}"
 
 
 def assert_gain(row: dict) -> None:

@@ -2,11 +2,12 @@
 beside the rest.
 
 The learning tests (LEARNING, one module) keep both cores busy for about 20 minutes in
-single-threaded worker processes (VERIFICATION's, the verification nulls, are not in `make
-test`: `make test-verification` runs them); the rest of the suite alone leaves cores idle for
-minutes (SLURM's status checks, Docker builds, the registry, package downloads, sandbox
-timeouts). One after the other they took 63 minutes of a clean-clone CI run; side by side the
-whole machine is busy (main()'s last line: 1.94 of 2 cores on 2026-12-06). Here the learning
+single-threaded worker processes (VERIFICATION's, the verification nulls, and SEEDS', the SFT
+start's second seed, are not in `make test`: `make test-verification` and `make test-seeds`
+run them); the rest of the suite alone leaves cores idle for minutes (SLURM's status checks,
+Docker builds, the registry, package downloads, sandbox timeouts). One after the other they
+took 63 minutes of a clean-clone CI run; side by side the whole machine is busy (main()'s last
+line: 1.94 of 2 cores on 2026-12-06). Here the learning
 tests start first, at a lower CPU priority (LEARNING_NICENESS), and run while `make lint
 test-deps vllm` and then the rest of the suite (a second pytest) run at normal priority: those
 keep the cores they ask for, and the learning tests take the time they leave. Linux shares the
@@ -34,8 +35,10 @@ from isolation import default_signals
 
 REPO = Path(__file__).resolve().parents[1]
 LEARNING = "tests/test_preference_learning.py"
-# Outside `make test`: the verification nulls' learning runs (`make test-verification`)
+# Outside `make test`: the verification nulls' learning runs (`make test-verification`) and
+# the SFT start's second seed (`make test-seeds`)
 VERIFICATION = "tests/test_verification_learning.py"
+SEEDS = "tests/test_sft_seeds.py"
 # The niceness of the learning tests (and of everything they start): at 10 a busy process of
 # normal priority gets about 90 % of a core they share.
 LEARNING_NICENESS = 10
@@ -126,7 +129,8 @@ def main() -> int:
     # the learning run's cache off: two runs writing .pytest_cache at once would lose one's
     learning = [*PYTEST, "-p", "no:cacheprovider", "--durations=15", LEARNING]
     before = ["make", "lint", "test-deps", "vllm"]
-    rest = [*PYTEST, "--durations=30", f"--ignore={LEARNING}", f"--ignore={VERIFICATION}"]
+    ignored = [f"--ignore={module}" for module in (LEARNING, VERIFICATION, SEEDS)]
+    rest = [*PYTEST, "--durations=30", *ignored]
     started, cpu = time.monotonic(), machine_cpu_seconds()
     status = run_beside(learning, before, rest, LEARNING_NICENESS)
     print(machine_use(cpu, machine_cpu_seconds(), time.monotonic() - started), flush=True)

@@ -12,6 +12,7 @@ import pytest
 from run_suite import (
     LEARNING,
     REPO,
+    SEEDS,
     VERIFICATION,
     machine_cpu_seconds,
     machine_use,
@@ -110,16 +111,20 @@ def test_make_test_runs_the_suite_through_it_and_the_learning_module_exists():
     assert (REPO / LEARNING).is_file()
 
 
-def test_the_verification_nulls_run_in_their_own_target_not_in_the_rest(monkeypatch):
+def test_the_verification_nulls_and_the_second_seed_run_in_their_own_targets_not_in_the_rest(
+    monkeypatch,
+):
     makefile = (REPO / "Makefile").read_text()
     assert f"test-verification: setup\n\t$(BIN)/python -m pytest -ra {VERIFICATION}\n" in makefile
+    assert f"test-seeds: setup\n\t$(BIN)/python -m pytest -ra {SEEDS}\n" in makefile
     commands = []
     monkeypatch.setattr("run_suite.signal.signal", lambda *_: None)  # main's SIGTERM handler
     monkeypatch.setattr("run_suite.run_beside", lambda *args: commands.append(args) or 0)
     assert main() == 0
     [(learning, _, rest, _)] = commands
-    assert learning[-1] == LEARNING and VERIFICATION not in learning
-    assert f"--ignore={VERIFICATION}" in rest and f"--ignore={LEARNING}" in rest
+    assert learning[-1] == LEARNING and VERIFICATION not in learning and SEEDS not in learning
+    for module in (LEARNING, VERIFICATION, SEEDS):
+        assert f"--ignore={module}" in rest
 
 
 def test_the_machines_cpu_counts_every_busy_field_and_leaves_idle_and_iowait_out():
