@@ -7,10 +7,11 @@ Tuning reads these numbers, never the test splits (docs/experiment-design.md, "G
 frontier: the pilot").
 
     python experiments/grpo_pilot.py OUT [--arms grpo,dr-grpo,dapo] [--lr 1e-5] [--seed 0]
+        [--samples 4] [--temperature 0.7] [--sampling-batches 3]
 
 OUT keeps the start (reused when present) and one folder per arm; prints one line per arm
 (pass@1, paired difference to the start with its bootstrap CI and exact McNemar p, the run's
-last-step signals) and writes OUT/pilot.json.
+last-step signals) and writes them to OUT/pilot-lr{LR}-k{K}-t{T}.json.
 """
 
 from __future__ import annotations
@@ -59,17 +60,19 @@ def selection(config: dict, root: Path, policy: str) -> dict[str, float]:
     return greedy_correct(str(out / "trajectories.jsonl"))
 
 
-def grpo_run(start_run: dict, arm: str, lr: float) -> dict:
+def grpo_run(start_run: dict, arm: str, args: argparse.Namespace) -> dict:
     from reasonrl.stages.online_dpo import online_dpo as run_online
 
     root = start_run["root"]
     pool = root / "pool-online"
     if not pool.exists():
         make_pool(start_run["config"], FRONTIER, "online_dpo", str(pool))
-    variant = {"name": arm, "mode": "async", "loss": "grpo", "off_policy": 1, "grpo": ARMS[arm]}
-    online = {**BUDGET, "lr": lr, "task": FRONTIER, "variants": [variant]}
+    grpo = {**ARMS[arm], "max_sampling_batches": args.sampling_batches}
+    variant = {"name": arm, "mode": "async", "loss": "grpo", "off_policy": 1, "grpo": grpo}
+    sampling = {"samples_per_prompt": args.samples, "temperature": args.temperature}
+    online = {**BUDGET, **sampling, "lr": args.lr, "task": FRONTIER, "variants": [variant]}
     config = validate_config({**start_run["config"], "online_dpo": online})
-    name = f"grpo-{arm}-lr{lr:g}"
+    name = f"grpo-{arm}-lr{args.lr:g}-k{args.samples}-t{args.temperature:g}"
     metrics = run_online(
         config, arm, str(root / "sft"), str(pool / "problems.jsonl"), "tool", 2, str(root / name)
     )
@@ -82,15 +85,22 @@ def main() -> None:
     parser.add_argument("--arms", default="grpo,dr-grpo,dapo")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--samples", type=int, default=BUDGET["samples_per_prompt"])
+    parser.add_argument("--temperature", type=float, default=BUDGET["temperature"])
+    parser.add_argument("--sampling-batches", type=int, default=3)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     start_run = start(args.out, args.seed)
     config, root = start_run["config"], start_run["root"]
     base = selection(config, root, "sft")
-    report = {"start": sum(base.values()) / len(base), "lr": args.lr, "arms": {}}
+    report = {
+        "start": sum(base.values()) / len(base),
+        "settings": vars(args) | {"out": str(args.out)},
+        "arms": {},
+    }
     print(f"start: selection pass@1 {report['start']:.3f} ({len(base)} prompts)", flush=True)
     for arm in args.arms.split(","):
-        run = grpo_run(start_run, arm, args.lr)
+        run = grpo_run(start_run, arm, args)
         scores = selection(run["config"], root, run["name"])
         row = compare(f"{arm}_vs_sft", "greedy_pass@1", arm, "sft", scores, base)
         last = run["history"][-1]
@@ -102,7 +112,8 @@ def main() -> None:
             f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], p {row['p']:.3g}; {signals}",
             flush=True,
         )
-    (args.out / "pilot.json").write_text(json.dumps(report, indent=2))
+    name = f"pilot-lr{args.lr:g}-k{args.samples}-t{args.temperature:g}.json"
+    (args.out / name).write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
