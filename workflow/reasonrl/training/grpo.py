@@ -50,7 +50,7 @@ class GRPOSettings:
     clip_high: float = 0.2  # DAPO's clip-higher: 0.28
     beta: float = 0.0  # the k3 KL's coefficient (DeepSeekMath 0.04; DAPO and Dr. GRPO 0)
     max_tokens: int = 2048  # Dr. GRPO's constant: the most tokens a sample may generate
-    overlong: str = "none"  # none, filter (capped samples train nothing) or soft (DAPO)
+    overlong: str = "none"  # none, filter (samples a token cap cut train nothing) or soft
     overlong_buffer: int = 0  # DAPO's L_cache: the soft penalty's ramp, in tokens
     dynamic_sampling: bool = False  # DAPO: drop tied groups, refill the round
     max_sampling_batches: int = 3  # a round's batches of prompts at most (the first included)
@@ -144,11 +144,11 @@ def group_targets(
     advantages = group_advantages(shaped, k, settings.scale_rewards)
     trained = [not (settings.overlong == "filter" and cut) for cut in capped]
     groups = shaped.view(-1, k)
-    tied = (groups == groups[:, :1]).all(1)
+    ties = (groups == groups[:, :1]).all(1)
     signals = {
         "advantage_std": float(advantages.std()) if len(rewards) > 1 else 0.0,
         "advantage_abs_mean": float(advantages.abs().mean()),
-        "tied_groups": float(tied.float().mean()),
+        "tied_groups": float(ties.float().mean()),
         "overlong_filtered": 1.0 - sum(trained) / len(trained),
         "overlong_penalty": sum(penalties) / len(penalties),
     }
