@@ -164,7 +164,7 @@ def sample_round(
     grpo = settings.grpo
     if grpo is None or not grpo.dynamic_sampling:
         return _sampled(engine, sandbox, scorer, spec, round_no, 0), {"sampling_batches": 1.0}
-    from reasonrl.training.grpo import overlong_penalty, tied
+    from reasonrl.training.grpo import shaped_rewards, tied
 
     k = settings.samples_per_prompt
     size = spec.schedule.minibatches_per_round * settings.prompts_per_step
@@ -176,7 +176,8 @@ def sample_round(
         batches += 1
         for start in range(0, len(rows), k):
             group = rows[start : start + k]
-            shaped = [r["reward"] + overlong_penalty(r["num_tokens"], grpo) for r in group]
+            rewards = [row["reward"] for row in group]
+            shaped = shaped_rewards(rewards, [row["num_tokens"] for row in group], grpo)
             (ties if tied(shaped) else kept).append(group)
     groups = (kept + ties)[:size]
     tied_kept = len(groups) - min(len(kept), size)
@@ -214,7 +215,7 @@ def _sampled(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int, batch:
         for row in rows
     ]
     # PPO's and GRPO's ratios are per token; the other losses need sequence sums only.
-    per_token = engine.token_logps(seqs) if settings.loss in ("ppo", "grpo") else None
+    per_token = engine.token_logps(seqs) if settings.per_token else None
     behaviour = [sum(t) for t in per_token] if per_token else engine.sequence_logps(seqs)
     scores, _ = scorer(rows)
     out = [

@@ -210,7 +210,7 @@ class Learner:
             for row in rows
         ]
         ref_tokens = None
-        if self.settings.loss in ("ppo", "grpo"):
+        if self.settings.per_token:
             ref_tokens = self._reference(seqs, token_logps)
             ref = [sum(values) for values in ref_tokens]
         else:

@@ -64,6 +64,12 @@ class OnlineDPOSettings:
         )
 
     @property
+    def per_token(self) -> bool:
+        """Whether the loss's ratio is per token (PPO, GRPO): the generator's and the
+        reference's log-probs are then kept per token, not summed."""
+        return self.loss in ("ppo", "grpo")
+
+    @property
     def steps(self) -> int:
         return self.loop.max_steps
 

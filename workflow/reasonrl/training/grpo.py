@@ -100,6 +100,12 @@ def overlong_penalty(tokens: int, settings: GRPOSettings) -> float:
     return max(-1.0, (free - tokens) / settings.overlong_buffer)
 
 
+def shaped_rewards(rewards: list[float], tokens: list[int], settings: GRPOSettings) -> list[float]:
+    """Each sample's reward plus DAPO's soft overlong penalty of its generated tokens (0
+    unless overlong is soft): what its advantage and its group's tie are made from."""
+    return [r + overlong_penalty(n, settings) for r, n in zip(rewards, tokens, strict=True)]
+
+
 def tied(rewards: list[float]) -> bool:
     """Whether a group's rewards all tie: its advantages are all 0 (no policy gradient)."""
     return all(r == rewards[0] for r in rewards)
@@ -139,18 +145,16 @@ def group_targets(
     (overlong filter; they still count in their group's mean and std). Signals: the
     advantages' spread, the share of groups whose rewards all tie (no policy gradient: DAPO's
     dynamic sampling would drop them), the share of samples filtered and the mean penalty."""
-    penalties = [overlong_penalty(n, settings) for n in tokens]
-    shaped = torch.tensor([r + p for r, p in zip(rewards, penalties, strict=True)])
-    advantages = group_advantages(shaped, k, settings.scale_rewards)
+    shaped = shaped_rewards(rewards, tokens, settings)
+    advantages = group_advantages(torch.tensor(shaped), k, settings.scale_rewards)
     trained = [not (settings.overlong == "filter" and cut) for cut in capped]
-    groups = shaped.view(-1, k)
-    ties = (groups == groups[:, :1]).all(1)
+    ties = [tied(shaped[start : start + k]) for start in range(0, len(shaped), k)]
     signals = {
         "advantage_std": float(advantages.std()) if len(rewards) > 1 else 0.0,
         "advantage_abs_mean": float(advantages.abs().mean()),
-        "tied_groups": float(ties.float().mean()),
+        "tied_groups": sum(ties) / len(ties),
         "overlong_filtered": 1.0 - sum(trained) / len(trained),
-        "overlong_penalty": sum(penalties) / len(penalties),
+        "overlong_penalty": sum(overlong_penalty(n, settings) for n in tokens) / len(tokens),
     }
     return GroupTargets(advantages.tolist(), trained, signals)
 
