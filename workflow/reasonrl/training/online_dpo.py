@@ -188,7 +188,7 @@ class OnlineObjective:
 
     def __call__(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         if batch["input_ids"].shape[0] == 0:
-            return torch.zeros((), requires_grad=True), {"tokens": 0.0}
+            return no_rows_loss(model), {"tokens": 0.0}
         if self.loss == "dpo":
             return self.dpo(model, batch)
         if self.loss == "ppo":
@@ -207,6 +207,16 @@ class OnlineObjective:
         )
         stats["tokens"] = float(batch["attention_mask"].sum())
         return loss, stats
+
+
+def no_rows_loss(model: torch.nn.Module) -> torch.Tensor:
+    """The loss of a micro-batch with no rows (every prompt of it tied: no DPO pair): zero
+    times every trained weight, so that its backward still gives each a (zero) gradient. A
+    process's backward joins the step's gradient reduction under DeepSpeed's ZeRO-2, which
+    reduces what the backward produced: a loss tied to no weight gives it nothing to reduce
+    (its bucket is empty: IndexError) while the other process waits."""
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return sum((p.sum() for p in trained), torch.zeros((), device=trained[0].device)) * 0.0
 
 
 def loss_normaliser(loss: str, batch: dict) -> float:
