@@ -15,10 +15,12 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from test_online_dpo import online_setup
 from test_ppo_stage import problems, reward_model
 from test_quantized_training import write_pairs
@@ -90,6 +92,8 @@ def _run(folder: Path, launcher: str, *args: str) -> dict:
 def _launch(launcher: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """`reasonrl ARGS` started by `launcher`, which must succeed within `timeout` seconds."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if launcher == "two-nodes":
+        return _launch_two_nodes(args, env, timeout)
     if launcher == "ddp":
         env["ACCELERATE_USE_CPU"] = "true"  # DeepSpeed's launches find no GPU by themselves
     done = subprocess.run(
@@ -97,6 +101,41 @@ def _launch(launcher: str, *args: str, timeout: int = 600) -> subprocess.Complet
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+# Two "nodes" on this host: what srun starts on each node of a rule with resources nodes=2
+# (workflow/rules/common.smk launcher(): reasonrl.training.launch once per node), here the
+# two tasks' SLURM environment by hand, rendezvous over the loopback, one process per node,
+# under the profiles' ZeRO-2 config (fp32: bf16 would not compare with one process).
+TWO_NODES = {"SLURM_JOB_NODELIST": "localhost,localhost", "SLURM_NNODES": "2", "SLURM_JOB_ID": "7"}
+
+
+def _launch_two_nodes(args: tuple, env: dict, timeout: int) -> subprocess.CompletedProcess:
+    """Both nodes' launchers of `reasonrl ARGS`, which must succeed; the first node's result.
+    Its manifest's scheduler names both nodes (test_two_nodes_name_every_node_in_the_manifest)."""
+    from slurm_cluster import _free_port
+
+    profile = yaml.safe_load((REPO / "profiles/accelerate/deepspeed_zero2.yaml").read_text())
+    config = Path(tempfile.mkdtemp()) / "zero2-fp32.yaml"
+    config.write_text(yaml.safe_dump({**profile, "mixed_precision": "no"}))
+    command = [sys.executable, "-m", "reasonrl.training.launch", "--processes-per-node", "1"]
+    command += ["--config-file", str(config), "-m", "reasonrl.cli", *args]
+    rendezvous = {**TWO_NODES, "MASTER_PORT": str(_free_port())}
+    nodes = [
+        subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, **rendezvous, "SLURM_NODEID": str(rank)},
+        )  # fmt: skip
+        for rank in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=timeout) for node in nodes]
+    for node, (_, stderr) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, stderr[-3000:]
+    assert "node 1 of 2 (('localhost', 'localhost'))" in outputs[1][1]
+    return subprocess.CompletedProcess(command, 0, *outputs[0])
 
 
 def _same_training(one: dict, two: dict) -> None:
@@ -143,7 +182,7 @@ def test_a_preference_round_over_two_processes_is_one_with_twice_the_accumulatio
         return json.dumps({"preference": {"train": train}})
 
     runs = {}
-    for launcher, grad_accum in (("one", 2), ("ddp", 1), ("zero3-sharded", 1)):
+    for launcher, grad_accum in (("one", 2), ("ddp", 1), ("zero3-sharded", 1), ("two-nodes", 1)):
         out = tmp_path / launcher
         args = ["preference-train", "--config-json", config(grad_accum), "--variant", "mdpo"]
         args += ["--model", str(tiny_policy), "--data", str(pairs / "labels")]
@@ -151,7 +190,7 @@ def test_a_preference_round_over_two_processes_is_one_with_twice_the_accumulatio
         runs[launcher] = _run(out, launcher, *args)
     # 2 epochs of 16 pairs at 2 per micro-batch, 2 micro-batches per step (either way)
     assert runs["one"]["steps"] == 8
-    for launcher in ("ddp", "zero3-sharded"):
+    for launcher in ("ddp", "zero3-sharded", "two-nodes"):
         _same_training(runs["one"], runs[launcher])
         _same_weights(tmp_path / "one", tmp_path / launcher, tiny_policy)
 
@@ -162,7 +201,7 @@ def test_reward_model_training_over_two_processes_is_one_with_twice_the_accumula
     from reasonrl.rewards.models import load_reward_model
 
     runs = {}
-    for launcher, grad_accum in (("one", 4), ("ddp", 2), ("zero3-sharded", 2)):
+    for launcher, grad_accum in (("one", 4), ("ddp", 2), ("zero3-sharded", 2), ("two-nodes", 2)):
         train = {"max_steps": 4, "batch_size": 2, "grad_accum": grad_accum, "lr": 1e-2,
                  "log_every": 1}  # fmt: skip
         out = tmp_path / launcher
@@ -176,7 +215,7 @@ def test_reward_model_training_over_two_processes_is_one_with_twice_the_accumula
         args += ["--data", str(rm_inputs / "samples.jsonl"), "--out", str(out)]
         runs[launcher] = _run(out, launcher, *args)
     want = load_reward_model(tmp_path / "one")[0].state_dict()
-    for launcher in ("ddp", "zero3-sharded"):
+    for launcher in ("ddp", "zero3-sharded", "two-nodes"):
         _same_training(runs["one"], runs[launcher])
         assert runs[launcher]["heldout"] == pytest.approx(runs["one"]["heldout"])
         got = load_reward_model(tmp_path / launcher)[0].state_dict()
@@ -200,7 +239,10 @@ def test_sft_over_two_processes_is_one_with_twice_the_accumulation(tmp_path):
     # step on one process, 1 on each of two. "whole": each step's 4 solutions in one
     # micro-batch (not regrouped by length), whose loss is the token mean over all four:
     # accumulation weighs micro-batches by their target tokens.
-    for name, launcher in (("one", "one"), ("ddp", "ddp"), ("zero2", "zero2"), ("whole", "one")):
+    for name, launcher in (
+        ("one", "one"), ("ddp", "ddp"), ("zero2", "zero2"), ("two-nodes", "two-nodes"),
+        ("whole", "one"),
+    ):  # fmt: skip
         batch = {"batch_size": 4, "grad_accum": 1} if name == "whole" else {
             "batch_size": 2, "global_batch_size": 4}  # fmt: skip
         sft = {"max_steps": 4, **batch, "lr": 1e-2, "max_length": 1024, "log_every": 1,
@@ -209,9 +251,13 @@ def test_sft_over_two_processes_is_one_with_twice_the_accumulation(tmp_path):
         args = ["sft", "--config-json", json.dumps({"sft": sft}), "--style", "tool"]
         args += ["--model", str(tiny_policy), "--train", str(tmp_path / "train.jsonl")]
         runs[name] = _run(out, launcher, *args, "--out", str(out))
-    for name in ("ddp", "zero2", "whole"):
+    for name in ("ddp", "zero2", "two-nodes", "whole"):
         _same_training(runs["one"], runs[name])
         _same_weights(tmp_path / "one", tmp_path / name, tiny_policy)
+    # the main process of the first node writes, and its manifest names every node
+    scheduler = json.loads((tmp_path / "two-nodes" / "manifest.json").read_text())["scheduler"]
+    assert scheduler["nodes"] == ["localhost", "localhost"]
+    assert (scheduler["processes_per_node"], scheduler["world_size"]) == (1, 2)
 
 
 def test_reference_logps_over_two_processes_are_the_one_process_rows(tiny_policy, pairs, tmp_path):
@@ -343,7 +389,7 @@ def test_ppo_over_two_processes_is_one_with_twice_the_accumulation(
     and restored into them: the final weights are its."""
     one_folder = ppo_one_process[0]
     one = _metrics(one_folder)
-    for launcher in ("ddp", "zero2", "zero3-sharded"):
+    for launcher in ("ddp", "zero2", "zero3-sharded", "two-nodes"):
         out = tmp_path / launcher
         log = _launch(launcher, *_ppo_args(PPO_CONFIG, tiny_policy, reward_model, problems, out))
         assert log.stderr.count(SHARDED_FROZEN) == (2 if launcher == "zero3-sharded" else 0)
@@ -452,22 +498,24 @@ def test_the_online_learner_over_two_processes_is_one_with_twice_the_accumulatio
     online = {**config["online_dpo"], "micro_batch_prompts": 1, "variants": [variant]}
     settings = json.dumps({**config, "online_dpo": online})
     runs = {}
-    for launcher in ("one", "ddp"):
+    for launcher in ("one", "ddp", "two-nodes"):
         out = tmp_path / launcher
         args = ["online-dpo", "--config-json", settings, "--variant", "run"]
         args += ["--model", str(folder / "policy"), "--train", str(folder / "train.jsonl")]
         runs[launcher] = _run(out, launcher, *args, "--out", str(out))
-    one, two = runs["one"], runs["ddp"]
-    assert one["steps"] == two["steps"] == 4 and one["prompts"] == two["prompts"]
+    one = runs["one"]
     timing = {k for k in one["history"][0] if "second" in k or k == "elapsed"}
-    # Each process scores its share of a step's samples with the reference, padded with
-    # other rows than one process pads them with: summed log-probs of tens of nats then
-    # differ by fp32 rounding (~1e-6), and so do the KL estimates made from them.
-    for mine, theirs in zip(two["history"], one["history"], strict=True):
-        for key in theirs.keys() - timing:
-            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-5), key
     want = load_policy(tmp_path / "one")[0].state_dict()
-    got = load_policy(tmp_path / "ddp")[0].state_dict()
-    for key in want:
-        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
+    for launcher in ("ddp", "two-nodes"):
+        two = runs[launcher]
+        assert one["steps"] == two["steps"] == 4 and one["prompts"] == two["prompts"]
+        # Each process scores its share of a step's samples with the reference, padded with
+        # other rows than one process pads them with: summed log-probs of tens of nats then
+        # differ by fp32 rounding (~1e-6), and so do the KL estimates made from them.
+        for mine, theirs in zip(two["history"], one["history"], strict=True):
+            for key in theirs.keys() - timing:
+                assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-5), key
+        got = load_policy(tmp_path / launcher)[0].state_dict()
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
     assert not list(tmp_path.glob(".*.rounds")), "the rounds folder is left behind"

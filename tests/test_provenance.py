@@ -114,3 +114,17 @@ def test_importing_the_package_pins_torch_and_mkl_to_their_avx2_code_paths():
 @pytest.mark.skipif(not AVX2_HOST, reason="the pin is to x86-64's AVX2 code paths")
 def test_a_users_own_float_code_path_is_kept():
     assert kernels_of_a_fresh_process(ATEN_CPU_CAPABILITY="default") == "DEFAULT AVX2"
+
+
+def test_the_manifest_reads_the_gpu_peak_from_torchs_allocator(monkeypatch):
+    """What the GPU check (bench/gpu_check.py) compares with the memory plan: torch's peak on
+    the GPU; None on a machine without one, or in a stage that never imported torch."""
+    from types import SimpleNamespace
+
+    from reasonrl.manifest import peak_gpu_memory_mb
+
+    cuda = SimpleNamespace(is_available=lambda: True, max_memory_allocated=lambda: 3 * 2**20)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    assert peak_gpu_memory_mb() == 3.0
+    monkeypatch.delitem(sys.modules, "torch")
+    assert peak_gpu_memory_mb() is None

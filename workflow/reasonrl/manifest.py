@@ -128,10 +128,16 @@ def container_provenance() -> dict[str, str | None]:
     }
 
 
-def scheduler_provenance() -> dict[str, str]:
-    """Where a scheduler put the stage: SLURM job and node, and the GPUs it was given."""
+def scheduler_provenance() -> dict:
+    """Where a scheduler put the stage: SLURM job and node, the GPUs it was given, and for a
+    job over several nodes (reasonrl.training.launch) every node and the processes each ran."""
     names = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_CPUS_ON_NODE", "CUDA_VISIBLE_DEVICES")
-    return {name: os.environ[name] for name in names if name in os.environ}
+    where: dict = {name: os.environ[name] for name in names if name in os.environ}
+    if os.environ.get("REASONRL_NODES"):
+        where["nodes"] = os.environ["REASONRL_NODES"].split(",")
+        where["processes_per_node"] = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        where["world_size"] = int(os.environ.get("WORLD_SIZE", "1"))
+    return where
 
 
 def peak_memory_mb() -> float:
@@ -139,6 +145,15 @@ def peak_memory_mb() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return max(own, children) / 1024
+
+
+def peak_gpu_memory_mb() -> float | None:
+    """Peak GPU memory torch's allocator held in this process (None without a GPU, or where
+    torch was never imported: a stage that loads no model)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch.cuda.max_memory_allocated() / 2**20
 
 
 class Provenance:
@@ -169,6 +184,7 @@ class Provenance:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "wall_seconds": round(time.time() - self.started, 3),
             "peak_memory_mb": round(peak_memory_mb(), 1),
+            "peak_gpu_memory_mb": peak_gpu_memory_mb(),
             **(extra or {}),
         }
         write_json(Path(out_dir) / "manifest.json", manifest)

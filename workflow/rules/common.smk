@@ -17,6 +17,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from reasonrl.config import BUILT_BASES, CODE_TASK_KINDS, search_arm, sft_policies
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
+from reasonrl.training.launch import command_prefix
 from reasonrl.errors import ReasonRLError, exit_with
 from reasonrl.memory_plan import (
     check_fits,
@@ -291,17 +292,19 @@ DEEPSPEED_CONFIGS = Path(workflow.basedir) / "profiles/accelerate"
 
 
 def launcher(wildcards, resources):
-    gpus = int(getattr(resources, "gpu", 0) or 0) - generator_gpus(resources)
-    if gpus <= 1:
-        return "reasonrl"
+    """How a training rule's command starts: one process, accelerate launch over the job's
+    GPUs, or, with resource nodes > 1, srun's one launch per node (training.launch)."""
     stage = getattr(resources, "deepspeed", "zero2")
     config_file = DEEPSPEED_CONFIGS / f"deepspeed_{stage}.yaml"
     if not config_file.exists():
         raise ValueError(f"resource deepspeed={stage}: no {config_file}")
-    return (
-        f"accelerate launch --config_file {shlex.quote(str(config_file))}"
-        f" --num_processes {gpus} -m reasonrl.cli"
+    nodes, gpus = int(getattr(resources, "nodes", 0) or 1), int(
+        getattr(resources, "gpu", 0) or 0
     )
+    mpi = bool(
+        getattr(resources, "mpi", None) and getattr(resources, "tasks_per_node", None)
+    )
+    return command_prefix(nodes, gpus, generator_gpus(resources), config_file, mpi)
 
 
 def generator_gpus(resources):

@@ -102,6 +102,8 @@ PUBLISHED = {
     "deepseek-ai/deepseek-coder-6.7b-base": Architecture(4096, 32, 32, 32, 11008, 32256, False),
     "realtreetune/rho-1b-sft-GSM8K": Architecture(2048, 22, 32, 4, 5632, 32000, False),
     "smollm2": Architecture(576, 30, 9, 3, 1536, 49152, True),
+    # the multi-node PF-PPO recipe's (config/multi-node-pfppo-qwen2.5-14b.yaml)
+    "Qwen/Qwen2.5-14B": Architecture(5120, 48, 40, 8, 13824, 152064, False),
 }
 
 
@@ -190,6 +192,7 @@ class Placement:
     launched: bool = False
     generator_own_gpu: bool = False
     gpu_bytes: float = GPU_BYTES
+    nodes: int = 1
 
 
 @dataclass
@@ -208,6 +211,7 @@ class RulePlan:
     launched: bool = False
     generator: float = 0.0  # on the generator's own GPU (0: it has none)
     generator_memory: float = 0.0
+    nodes: int = 1
     fits: bool = field(init=False)
     total: float = field(init=False)
 
@@ -340,6 +344,7 @@ def _plan(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) ->
         spec.note,
         place.launched and bool(spec.trained),
         *generator,
+        place.nodes,
     )
 
 
@@ -593,24 +598,45 @@ def plan_config(config: dict, placements: dict[str, Placement]) -> list[RulePlan
 OWN_GENERATOR_RULES = frozenset({"online_dpo", "ppo"})
 
 
+def learner_gpus_per_node(nodes: int, gpus: int, own: int) -> int:
+    """The learner's processes on each node of a job of `gpus` GPUs over `nodes` nodes, `own`
+    of each node's set apart for a generator (it runs on the first node; accelerate starts as
+    many processes on every machine, so the others' stay idle)."""
+    if nodes == 1:
+        return gpus - own
+    if nodes < 1 or gpus % nodes or gpus // nodes < 2:
+        raise ReasonRLError(
+            f"resources nodes={nodes}, gpu={gpus}: gpu is the job's GPUs (sbatch --gpus), at"
+            " least 2 on each node and as many on every node"
+        )
+    return gpus // nodes - own
+
+
 def placement(rule: str, resources: dict) -> Placement:
-    """A rule's Placement from its resources: gpu, deepspeed (zero2 unless set), gpu_mem_mb
-    (80 GiB unless set) and, for the online learner and PPO, generator_gpus (0 or 1 of its
-    gpu that are its generator's: the learner trains on the others)."""
+    """A rule's Placement from its resources: gpu (the job's, all nodes together), nodes (1
+    unless set), deepspeed (zero2 unless set), gpu_mem_mb (80 GiB unless set) and, for the
+    online learner and PPO, generator_gpus (0 or 1 of a node's GPUs that are its generator's:
+    the learner trains on the others)."""
     stage = str(resources.get("deepspeed") or "zero2")
     mem_mb = resources.get("gpu_mem_mb")
     gpus, own = int(resources.get("gpu") or 0), int(resources.get("generator_gpus") or 0)
+    nodes = int(resources.get("nodes") or 1)
     if own and (rule not in OWN_GENERATOR_RULES or own != 1 or gpus < 2):
         raise ReasonRLError(
             f"rule {rule}: resource generator_gpus={own} (only online_dpo's and ppo's generator"
             " has a GPU of its own: 1, of a job of at least 2)"
         )
+    try:
+        per_node = learner_gpus_per_node(nodes, gpus, own)
+    except ReasonRLError as err:
+        raise ReasonRLError(f"rule {rule}: {err}") from None
     return Placement(
-        gpus - own,
+        nodes * per_node,
         int(stage.removeprefix("zero")),
         rule in LAUNCHED_RULES,
         generator_own_gpu=bool(own),
         gpu_bytes=float(mem_mb) * 1024**2 if mem_mb else GPU_BYTES,
+        nodes=nodes,
     )
 
 
@@ -632,7 +658,7 @@ def plan_rows(plans: list[RulePlan]) -> list[dict]:
     return [
         {
             "rule": p.rule,
-            "GPUs": p.gpus,
+            "GPUs": p.gpus if p.nodes == 1 else f"{p.gpus} on {p.nodes} nodes",
             "launched": "yes" if p.launched else "no",
             "ZeRO": p.zero,
             "params": gib(p.params),

@@ -55,7 +55,7 @@ def online_dpo(
     from reasonrl.rollout import RolloutSettings
     from reasonrl.rollout.generator_process import generator_devices
     from reasonrl.stages._train import TrainingRun
-    from reasonrl.training.loop import data_parallel_processes, is_main_process, refuse_zero3
+    from reasonrl.training.loop import is_main_process, node_processes, refuse_zero3
     from reasonrl.training.lora import LoraSettings
     from reasonrl.training.online_dpo import OnlineObjective
     from reasonrl.training.ppo import PolicyCritic
@@ -102,7 +102,7 @@ def online_dpo(
                 threads=per_process,
                 reward_model=reward_model,
                 visible_devices=generator_devices(
-                    os.environ.get("CUDA_VISIBLE_DEVICES"), data_parallel_processes()
+                    os.environ.get("CUDA_VISIBLE_DEVICES"), node_processes()
                 )
                 if generator_gpus
                 else None,

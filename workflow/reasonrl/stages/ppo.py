@@ -44,8 +44,8 @@ from reasonrl.stages._train import TrainingRun
 from reasonrl.stats.tables import frame, write_table
 from reasonrl.training.loop import (
     LoopSettings,
-    data_parallel_processes,
     is_main_process,
+    node_processes,
     with_accumulation,
 )
 from reasonrl.training.lora import LoraSettings
@@ -91,7 +91,7 @@ def _server(config: dict, model_path: str, generator_gpus: int) -> Iterator:
     if not generator_gpus:
         yield None
         return
-    visible = generator_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), data_parallel_processes())
+    visible = generator_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), node_processes())
     if not is_main_process():
         yield None
         return

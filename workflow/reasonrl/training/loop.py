@@ -516,6 +516,12 @@ def data_parallel_processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def node_processes() -> int:
+    """How many of the job's data-parallel processes run on this node (all of them on one
+    node; a job over several nodes, reasonrl.training.launch, starts as many on each)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", data_parallel_processes()))
+
+
 def with_accumulation(section: dict, name: str) -> dict:
     """`section` (sft, preference.train, reward_models.train: `name`) with the grad_accum
     this job trains with: its own, or, where global_batch_size is set, the micro-batches per

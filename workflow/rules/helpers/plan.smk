@@ -24,7 +24,7 @@ def fixed_resource(gpu_rule, name):
 
 def gpu_placements():
     """Rule name -> Placement (reasonrl.memory_plan) of every rule whose job asks for GPUs."""
-    names = ("gpu", "deepspeed", "gpu_mem_mb", "generator_gpus")
+    names = ("gpu", "nodes", "deepspeed", "gpu_mem_mb", "generator_gpus")
     placements = {}
     for each in workflow.rules:
         resources = {name: fixed_resource(each, name) for name in names}
