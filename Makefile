@@ -12,7 +12,7 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run readme test test-verification test-seeds lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench
+.PHONY: run readme test test-verification test-seeds lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench gpu-check
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
@@ -56,6 +56,11 @@ layers: setup graphviz
 # the vLLM one in its venv, the tool loop's when `make run` has made its sft-tool policy,
 # and the GPU one where torch sees a GPU.
 CPU_BENCHES := sandbox_throughput session_cells sft_packing mdpo_reference_cache prm_scoring online_async
+# The default DAG's main path on a GPU beside the memory plan, into BENCHMARKS.md; without a GPU
+# its dry form (bench/gpu_check.py).
+gpu-check: setup
+	$(BIN)/python bench/gpu_check.py
+
 bench: setup vllm
 	for name in $(CPU_BENCHES); do $(BIN)/python bench/$$name.py; done
 	$(VLLM_VENV)/bin/python bench/generation_engines.py
