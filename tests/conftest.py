@@ -98,8 +98,9 @@ def cluster():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def start_cluster(root: Path):
-    """The test cluster under `root`, or a skip naming what it lacks."""
+def start_cluster(root: Path, nodes: int = 1):
+    """The test cluster under `root` (`nodes` slurmd on this host), or a skip naming what it
+    lacks."""
     from slurm_cluster import SlurmCluster, missing_programs
 
     missing = missing_programs()
@@ -112,4 +113,4 @@ def start_cluster(root: Path):
         pytest.skip("the test cluster starts slurmd and munged as root")
     # A 16-CPU node with 2 fake GPUs (slurmd trusts the config): the profile's real requests
     # (8 CPUs per GPU, 64 GB) fit, while the jobs run on this machine's cores.
-    return SlurmCluster(root, cpus=16, memory_mb=131072, gpus=2).start()
+    return SlurmCluster(root, cpus=16, memory_mb=131072, gpus=2, nodes=nodes).start()

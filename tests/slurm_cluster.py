@@ -43,14 +43,20 @@ def _free_port() -> int:
 
 
 class SlurmCluster:
-    """slurmctld + one slurmd with `cpus` CPUs, `memory_mb` memory and `gpus` fake GPUs."""
+    """slurmctld + one slurmd with `cpus` CPUs, `memory_mb` memory and `gpus` fake GPUs; with
+    `nodes` > 1, as many slurmd on this host (nodes n1, n2, ... each on a port of its own, the
+    CPUs and memory shared out, no GPUs), as a multi-node job needs them."""
 
-    def __init__(self, root: Path, cpus: int = 2, memory_mb: int = 16000, gpus: int = 2):
+    def __init__(
+        self, root: Path, cpus: int = 2, memory_mb: int = 16000, gpus: int = 2, nodes: int = 1
+    ):
         self.root = Path(root)
         self.cpus = cpus
         self.memory_mb = memory_mb
-        self.gpus = gpus
-        self.node = socket.gethostname().split(".")[0]
+        self.gpus = gpus if nodes == 1 else 0
+        self.host = socket.gethostname().split(".")[0]
+        self.nodes = [self.host] if nodes == 1 else [f"n{i + 1}" for i in range(nodes)]
+        self.node = self.nodes[0]
         self.processes: dict[str, subprocess.Popen] = {}
         self.conf = self.root / "etc/slurm.conf"
         self.munge_dir = self.root / "munge"
@@ -67,7 +73,9 @@ class SlurmCluster:
             self._write_slurm_conf()
             self._start_munged()
             self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
-            self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", self.node])
+            for node in self.nodes:
+                name = "slurmd" if len(self.nodes) == 1 else f"slurmd-{node}"
+                self._spawn(name, ["slurmd", "-D", "-f", str(self.conf), "-N", node])
             self._wait_for_idle_node(timeout)
         except BaseException:
             self.stop()
@@ -111,15 +119,25 @@ class SlurmCluster:
         self.root.chmod(self.root.stat().st_mode | 0o711)
 
     def _write_slurm_conf(self) -> None:
-        for folder in ("etc", "state", "spool", "log", "run", "bin"):
+        for folder in ("etc", "state", "spool", "log/slurmd", "run/slurmd", "bin"):
             (self.root / folder).mkdir(parents=True, exist_ok=True)
         self._write_srun_shim()
         ctld_port, slurmd_port = _free_port(), _free_port()
         gpus = f" Gres=gpu:{self.gpus}" if self.gpus else ""
+        # Several slurmd on one host: each its own port, spool, pid and log (%n: its name).
+        several = len(self.nodes) > 1
+        per_node = "/%n" if several else ""
+        nodes = "".join(
+            f"NodeName={node} NodeHostname={self.host} NodeAddr=127.0.0.1"
+            + (f" Port={_free_port()}" if several else "")
+            + f" CPUs={self.cpus // len(self.nodes)}"
+            + f" RealMemory={self.memory_mb // len(self.nodes)}{gpus} State=UNKNOWN\n"
+            for node in self.nodes
+        )
         self.conf.write_text(
             f"""\
 ClusterName=reasonrl-test
-SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldHost={self.host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser=root
@@ -128,11 +146,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={self.munge_dir / "munge.socket"}
 StateSaveLocation={self.root / "state"}
-SlurmdSpoolDir={self.root / "spool"}
+SlurmdSpoolDir={self.root / "spool"}{per_node}
 SlurmctldPidFile={self.root / "run/slurmctld.pid"}
-SlurmdPidFile={self.root / "run/slurmd.pid"}
+SlurmdPidFile={self.root / "run/slurmd"}{per_node}.pid
 SlurmctldLogFile={self.root / "log/slurmctld.log"}
-SlurmdLogFile={self.root / "log/slurmd.log"}
+SlurmdLogFile={self.root / "log/slurmd"}{per_node}.log
 # No cgroup hierarchy of our own: track processes by parent, bind nothing.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -149,9 +167,7 @@ AccountingStorageType=accounting_storage/none
 MpiDefault=none
 SlurmdParameters=config_overrides
 GresTypes=gpu
-NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mb}{gpus} \
-State=UNKNOWN
-PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+{nodes}PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
         )
         gres = "".join(
@@ -215,7 +231,7 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def _wait_for_idle_node(self, timeout: float) -> None:
         def node_idle() -> bool:
             result = self.run("sinfo", "-h", "-N", "-o", "%T", check=False)
-            return result.returncode == 0 and result.stdout.strip() == "idle"
+            return result.returncode == 0 and result.stdout.split() == ["idle"] * len(self.nodes)
 
         self._wait(node_idle, timeout, "an idle node")
 

@@ -2,13 +2,20 @@
 srun with one task per node, each of which reads the rendezvous from SLURM's environment and
 launches its node's processes (reasonrl.training.launch); the memory plan shards over every
 node's GPUs; the multi-node PF-PPO recipe plans over two nodes and not over one; the SLURM
-profile's dry run gives the sbatch and srun lines. That two launchers on this host train as one
+profile's dry run gives the sbatch and srun lines; an SFT job runs over two SLURM nodes (two
+slurmd on this host) and trains as one process. That two launchers on this host train as one
 process does, for every training rule, is test_data_parallel_stages.py's "two-nodes" launcher.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -188,3 +195,83 @@ def test_the_plan_cli_reads_nodes_from_the_profile(tmp_path):
     done = subprocess.run(cli, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "\n| ppo | 14 on 2 nodes | yes | 3 |" in done.stdout
+
+
+# --- a job over two SLURM nodes, for real --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster():
+    """A SLURM cluster of two nodes on this host (two slurmd, n1 and n2)."""
+    from conftest import start_cluster
+
+    root = Path(tempfile.mkdtemp(prefix="reasonrl-two-nodes-"))  # munged refuses 0700 trees
+    running = start_cluster(root, nodes=2)
+    yield running
+    running.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _sft_inputs(folder: Path) -> tuple[Path, Path]:
+    """16 arith problems and a tiny policy whose tokenizer is their text."""
+    from reasonrl.io import write_jsonl
+    from reasonrl.models import build_tiny_policy
+    from reasonrl.stages.models import corpus_texts
+    from reasonrl.tasks import build_problems
+
+    problems, _ = build_problems("arith", {"kind": "arith", "train_size": 16, "test_size": 1}, 0)
+    write_jsonl(folder / "train.jsonl", problems, schema="problem")
+    settings = {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2,
+                "num_heads": 2, "num_kv_heads": 2, "max_position_embeddings": 1024}  # fmt: skip
+    build_tiny_policy(corpus_texts([str(folder / "train.jsonl")]), settings, 0, folder / "policy")
+    return folder / "policy", folder / "train.jsonl"
+
+
+def test_an_sft_job_over_two_slurm_nodes_trains_as_one_process(two_node_cluster, tmp_path):
+    """sbatch --nodes=2 runs the rule's command as launcher() makes it for resources nodes=2,
+    gpu=4 (two processes stand in for each node's two GPUs): srun starts the launch on n1 and
+    n2, whose four processes train as one process accumulating four micro-batches (the same
+    losses, grad norms and weights), and rank 0's manifest names both nodes. The nodes' names
+    do not resolve on this host, so the job's MASTER_ADDR says where n1 is."""
+    from reasonrl.models import load_policy
+
+    shared = Path(tempfile.mkdtemp(prefix="reasonrl-sft-", dir=two_node_cluster.root))
+    policy, train = _sft_inputs(shared)
+    sft = {"max_steps": 3, "batch_size": 1, "global_batch_size": 4, "lr": 1e-2,
+           "max_length": 1024, "log_every": 1, "group_by_length": False}  # fmt: skip
+    args = ["sft", "--config-json", json.dumps({"sft": sft}), "--style", "tool"]
+    args += ["--model", str(policy), "--train", str(train)]
+    one = subprocess.run(
+        [str(Path(sys.executable).parent / "reasonrl"), *args, "--out", str(shared / "one")],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    profile = yaml.safe_load(Path(REPO / "profiles/accelerate/deepspeed_zero2.yaml").read_text())
+    config = shared / "zero2-fp32.yaml"
+    config.write_text(yaml.safe_dump({**profile, "mixed_precision": "no"}))
+    prefix = command_prefix(2, 4, 0, config, mpi=True)
+    command = f"{prefix} {shlex.join(args)} --out {shared / 'two'}"
+    env = {**two_node_cluster.env, "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1",
+           "PATH": f"{Path(sys.executable).parent}:{two_node_cluster.env['PATH']}"}  # fmt: skip
+    log = shared / "job.log"
+    job = subprocess.run(
+        ["sbatch", "--wait", "--nodes=2", "--ntasks-per-node=1", "--output", str(log),
+         "--wrap", command],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert job.returncode == 0, job.stderr + log.read_text()[-4000:]
+    assert "node 0 of 2 (('n1', 'n2'))" in log.read_text()
+    assert "node 1 of 2 (('n1', 'n2'))" in log.read_text()
+    runs = {
+        name: json.loads((shared / name / "metrics.json").read_text()) for name in ("one", "two")
+    }
+    assert runs["one"]["steps"] == runs["two"]["steps"] == 3
+    for key in ("loss", "grad_norm"):
+        want = [h[key] for h in runs["one"]["history"]]
+        assert [h[key] for h in runs["two"]["history"]] == pytest.approx(want, rel=1e-4), key
+    want, got = (load_policy(shared / name)[0].state_dict() for name in ("one", "two"))
+    for key in want:
+        assert got[key].allclose(want[key], rtol=1e-4, atol=1e-4), key
+    scheduler = json.loads((shared / "two" / "manifest.json").read_text())["scheduler"]
+    assert scheduler["nodes"] == ["n1", "n2"]
+    assert (scheduler["processes_per_node"], scheduler["world_size"]) == (2, 4)
