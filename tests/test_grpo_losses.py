@@ -3,13 +3,11 @@ hand-made batch, and the loss against TRL's GRPOTrainer on the same batch and lo
 
 from __future__ import annotations
 
-import copy
 import math
-from collections import defaultdict
-from types import SimpleNamespace
 
 import pytest
 import torch
+from trl_grpo import trl_grpo_loss, trl_inputs, trl_model, trl_trainer
 
 from reasonrl.errors import ReasonRLError
 from reasonrl.models import load_policy
@@ -212,65 +210,6 @@ def test_a_filtered_sample_trains_nothing(policy):
     assert loss.item() == pytest.approx(alone.item(), rel=1e-5)
 
 
-def trl_grpo_loss(model, seqs, old, ref, advantages, settings: GRPOSettings) -> torch.Tensor:
-    """TRL's GRPOTrainer._compute_loss on the same rows: prompt ids, completion ids with
-    their mask, the tool mask (an interpreter turn's tokens 0), the sampling policy's and
-    the reference's per-token log-probs, and the advantages."""
-    from accelerate import Accelerator
-    from trl import GRPOTrainer
-    from trl.trainer.utils import add_fused_lm_head
-
-    width = max(len(ids) for ids, _ in rows())
-    completion_ids = torch.tensor([ids + [0] * (width - len(ids)) for ids, _ in rows()])
-    completion_mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows()])
-    tool_mask = torch.tensor([mask + [0] * (width - len(mask)) for _, mask in rows()])
-
-    def per_token(values: list[list[float]]) -> torch.Tensor:
-        out = torch.zeros(completion_ids.shape)
-        for i, (row, (_, mask)) in enumerate(zip(values, rows(), strict=True)):
-            where = torch.tensor(mask + [0] * (width - len(mask))).bool()
-            out[i, where] = torch.tensor(row)
-        return out
-
-    trl_model = copy.deepcopy(model)
-    add_fused_lm_head(trl_model, temperature=1.0, outputs=("log_probs", "entropy"))
-    loss_type = {"grpo": "grpo", "dapo": "dapo", "dr_grpo": "dr_grpo"}[settings.aggregation]
-    trainer = SimpleNamespace(
-        model=trl_model,
-        accelerator=Accelerator(cpu=True),
-        args=SimpleNamespace(delta=None, use_bias_correction_kl=False, steps_per_generation=1),
-        aux_loss_enabled=False,
-        top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None,
-        importance_sampling_level="token",
-        loss_type=loss_type,
-        epsilon_low=settings.clip_low,
-        epsilon_high=settings.clip_high,
-        beta=settings.beta,
-        max_completion_length=settings.max_tokens,
-        current_gradient_accumulation_steps=1,
-        use_vllm=False,
-        temperature=1.0,
-        _entropy_bonus_enabled=False,
-        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-    )
-    trainer._get_per_token_logps_and_entropies = (
-        GRPOTrainer._get_per_token_logps_and_entropies.__get__(trainer)
-    )
-    inputs = {
-        "prompt_ids": torch.tensor([PROMPT] * len(rows())),
-        "prompt_mask": torch.ones(len(rows()), len(PROMPT), dtype=torch.long),
-        "completion_ids": completion_ids,
-        "completion_mask": completion_mask,
-        "tool_mask": tool_mask,
-        "advantages": torch.tensor(advantages),
-        "old_per_token_logps": per_token(old),
-        "ref_per_token_logps": per_token(ref),
-        "num_items_in_batch": (completion_mask * tool_mask).sum(),
-    }
-    return GRPOTrainer._compute_loss(trainer, trl_model, inputs)
-
-
 @pytest.mark.parametrize(
     "settings",
     [
@@ -288,6 +227,7 @@ def test_the_loss_equals_trls_grpo_trainer_on_the_same_batch(policy, settings):
     advantages = [1.0, -1.5, 0.5, -0.25]
     batch = grpo_batch(seqs, old, ref, advantages, [True] * 4, tokenizer.pad_token_id)
     ours, stats = grpo_loss(model, batch, settings)
-    theirs = trl_grpo_loss(model, seqs, old, ref, advantages, settings)
+    trainer = trl_trainer(trl_model(model), settings)
+    theirs = trl_grpo_loss(trainer, trl_inputs(PROMPT, rows(), old, ref, advantages))
     assert ours.item() == pytest.approx(theirs.item(), rel=1e-5, abs=1e-7)
     assert stats["clip_low_fraction"] + stats["clip_high_fraction"] > 0, "some ratio must clip"
