@@ -52,17 +52,18 @@ dag: setup graphviz
 layers: setup graphviz
 	$(BIN)/python docs/layers.py | tred | dot -Tsvg > docs/layers.svg
 
-# Every benchmark side by side, each appending its section to BENCHMARKS.md: the CPU ones,
-# the vLLM one in its venv, the tool loop's when `make run` has made its sft-tool policy,
-# and the GPU one where torch sees a GPU.
-CPU_BENCHES := sandbox_throughput session_cells sft_packing mdpo_reference_cache prm_scoring online_async
 # The default DAG's main path on a GPU beside the memory plan, into BENCHMARKS.md; without a GPU
 # its dry form (bench/gpu_check.py).
 gpu-check: setup
 	$(BIN)/python bench/gpu_check.py
 
+# Every benchmark side by side, each appending its section to BENCHMARKS.md: the CPU ones,
+# the vLLM one in its venv, the tool loop's when `make run` has made its sft-tool policy,
+# and the GPU one where torch sees a GPU.
+CPU_BENCHES := sandbox_throughput session_cells sft_packing mdpo_reference_cache prm_scoring online_async grpo_step
 bench: setup vllm
 	for name in $(CPU_BENCHES); do $(BIN)/python bench/$$name.py; done
+	$(BIN)/python bench/online_async.py --loss grpo
 	$(VLLM_VENV)/bin/python bench/generation_engines.py
 	if [ -d results/models/sft-tool ]; then $(BIN)/python bench/tool_loop_overhead.py; fi
 	if $(BIN)/python -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then \
