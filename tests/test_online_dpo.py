@@ -25,6 +25,7 @@ from reasonrl.io import read_json, write_jsonl
 from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
 from reasonrl.online_dpo.settings import OnlineDPOSettings
 from reasonrl.rollout import RolloutSettings
+from reasonrl.sandbox import SandboxSettings
 from reasonrl.stages.online_dpo import online_dpo as run_online
 from reasonrl.stages.online_dpo import online_dpo_table as write_online_table
 from reasonrl.stages.online_dpo import online_variant, timing_summary
@@ -773,7 +774,7 @@ def _spec(
         settings=_online(config["online_dpo"], config["seed"]),
         generation=EngineSettings.from_section(config["generation"]),
         rollout=RolloutSettings.from_config(config["rollout"]),
-        sandbox=config["sandbox"],
+        sandbox=SandboxSettings.from_config(config["sandbox"]),
         dtype=config["policy"]["dtype"],
         model_path=str(model),
         problems=problems,

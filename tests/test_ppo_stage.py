@@ -29,7 +29,7 @@ from reasonrl.ppo.run import (
 from reasonrl.ppo.settings import PPORunSettings
 from reasonrl.rewards.models import INFO_FILE
 from reasonrl.rewards.sequence import SequenceScorer
-from reasonrl.rollout import RolloutSettings, run_rollouts
+from reasonrl.rollout import RolloutEnvironment, RolloutSettings, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages.ppo import ppo as run_ppo
 from reasonrl.stages.ppo import ppo_r2 as strategy_r2
@@ -141,10 +141,10 @@ def _ppo_run(config: dict, models: tuple, reward_model: str | None, problems: li
     import reasonrl.ppo.run as ppo_run
 
     section = config["ppo"]
-    sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
+    environment = RolloutEnvironment.from_config(config)
     settings = PPORunSettings.from_section(section, config["seed"])
     variant = ppo_run.find_variant(section, "m")
-    return ppo_run.PPORun(settings, sections, variant, models, reward_model, problems, ckpt)
+    return ppo_run.PPORun(settings, environment, variant, models, reward_model, problems, ckpt)
 
 
 def test_pf_ppo_trains_two_fifths_of_ppo_m_passes(tiny_policy, reward_model, problems, tmp_path):
@@ -625,7 +625,6 @@ def test_the_rollout_server_samples_with_the_weights_it_is_sent(tiny_policy, pro
     from reasonrl.rollout.generator_process import RolloutServer, RolloutSpec
 
     config = ppo_config()
-    sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
     prompts = read_jsonl(problems)[:3]
     params = SamplingParams(temperature=0.0, seed=1)
     model, tokenizer = load_policy(tiny_policy)
@@ -637,7 +636,8 @@ def test_the_rollout_server_samples_with_the_weights_it_is_sent(tiny_policy, pro
         rows = run_rollouts(engine, prompts, "tool", 2, params, settings, sandbox, "ppo")
         return [r["turn_token_ids"] for r in rows]
 
-    with RolloutServer(RolloutSpec(sections, str(tiny_policy), 1)) as server:
+    spec = RolloutSpec(RolloutEnvironment.from_config(config), str(tiny_policy), 1)
+    with RolloutServer(spec) as server:
         start = [r["turn_token_ids"] for r in server.rollouts(prompts, "tool", 2, params, "ppo")]
         assert start == in_process()
         torch.manual_seed(0)
@@ -670,3 +670,23 @@ def test_a_failing_rollout_server_fails_the_run_and_leaves_no_process(
     with pytest.raises(ReasonRLError, match="^the generator process failed:\n"):
         run_ppo(config, "m", str(tiny_policy), str(reward_model), str(problems), tmp_path, 1)
     assert not [p for p in multiprocessing.active_children() if p.name == "reasonrl-generator"]
+
+
+def test_the_rollout_environment_is_the_configs_sections_typed_once():
+    """What PPO's run and its generator process are given instead of the config's sections:
+    the engine, the caps, the sandbox and the dtype, typed once; picklable (it crosses the
+    generator's spawn), and the sandbox it makes is the one the section makes."""
+    import pickle
+
+    config = ppo_config()
+    config["sandbox"] = {**config["sandbox"], "workers": 3, "wall_seconds": 7}
+    environment = RolloutEnvironment.from_config(config)
+    assert pickle.loads(pickle.dumps(environment)) == environment
+    assert environment.limits == RolloutSettings.from_config(config["rollout"])
+    assert (environment.dtype, environment.generation.engine) == ("float32", "hf")
+    made, direct = (
+        Sandbox.from_settings(environment.sandbox),
+        Sandbox.from_config(config["sandbox"]),
+    )
+    assert (made.workers, made.limits) == (direct.workers, direct.limits) == (3, direct.limits)
+    assert made.limits.wall_seconds == 7

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from reasonrl.generation import EngineSettings
     from reasonrl.online_dpo.settings import OnlineDPOSettings
     from reasonrl.rollout import RolloutSettings
+    from reasonrl.sandbox import SandboxSettings
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class GeneratorSpec:
     settings: OnlineDPOSettings
     generation: EngineSettings  # the config's generation section
     rollout: RolloutSettings
-    sandbox: dict  # the config's sandbox section: the generator makes its own sandbox
+    sandbox: SandboxSettings  # the generator makes its own sandbox from it
     dtype: str  # the policy's (policy.dtype)
     model_path: str
     problems: list[dict]
@@ -111,7 +112,7 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
     scorer = SequenceScorer(
         spec.settings.reward, spec.reward_model, spec.dtype, "online_dpo.reward"
     )
-    sandbox = Sandbox.from_config(spec.sandbox)
+    sandbox = Sandbox.from_settings(spec.sandbox)
     version = None
     for round_no in range(spec.first_round, spec.schedule.rounds):
         need = spec.schedule.generator_version(round_no)

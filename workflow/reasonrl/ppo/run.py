@@ -54,7 +54,7 @@ from accelerate import PartialState
 
 from reasonrl.chat import tokenize_chat
 from reasonrl.errors import ReasonRLError
-from reasonrl.generation import EngineSettings, SamplingParams, make_engine
+from reasonrl.generation import SamplingParams, make_engine
 from reasonrl.generation.hf import HFEngine
 from reasonrl.io import atomic_path
 from reasonrl.memory_plan import buffer_rows, buffer_steps_message
@@ -67,7 +67,7 @@ from reasonrl.ppo.filtration import (
 )
 from reasonrl.ppo.settings import PPORunSettings
 from reasonrl.rewards.sequence import SequenceScorer
-from reasonrl.rollout import RolloutSettings, run_rollouts
+from reasonrl.rollout import RolloutEnvironment, run_rollouts
 from reasonrl.sandbox import Sandbox
 from reasonrl.sequences import action_logps
 from reasonrl.training.loop import (
@@ -222,7 +222,7 @@ ITERATION_KEYS = (
 class PPORun:
     """Everything one PPO run holds: policy + critic, frozen SFT reference, scorer, prompts.
 
-    `sections`: the config's generation, rollout, sandbox and policy sections. `models`: the
+    `environment`: what its rollouts need (engine, caps, sandbox, dtype). `models`: the
     SFT policy (with its LoRA adapters where the run has them), its tokenizer and the
     reference at the SFT policy (a frozen copy, or the LoRA policy with its adapters off:
     training.reference); `adapt` puts the run's adapters on a separate critic's trunk
@@ -234,7 +234,7 @@ class PPORun:
     def __init__(
         self,
         settings: PPORunSettings,
-        sections: dict,
+        environment: RolloutEnvironment,
         variant: Variant,
         models,
         reward_model,
@@ -245,8 +245,8 @@ class PPORun:
         server: RolloutServer | None = None,
         remote: bool = False,
     ):
-        self.settings, self.sections, self.variant = settings, sections, variant
-        self.generation = EngineSettings.from_section(sections["generation"])
+        self.settings, self.variant = settings, variant
+        self.generation, self.dtype = environment.generation, environment.dtype
         self.start_path = start_path
         self._generator = None  # the vLLM engine, made at the first rollouts
         self.server, self.remote = server, remote
@@ -256,8 +256,7 @@ class PPORun:
         torch.manual_seed(settings.seed)  # the value head is initialised afresh: seeded
         lrs = settings.policy_lr, settings.critic_lr
         self.model = PolicyCritic(policy, settings.critic, *lrs, adapt)
-        dtype = sections["policy"]["dtype"]
-        self.scorer = SequenceScorer(settings.reward, reward_model, dtype, "ppo.reward")
+        self.scorer = SequenceScorer(settings.reward, reward_model, self.dtype, "ppo.reward")
         held = settings.heldout_prompts
         if len(problems) <= held:
             raise ReasonRLError(
@@ -265,8 +264,8 @@ class PPORun:
             )
         self.train_problems = problems[: len(problems) - held]
         self.heldout = problems[len(problems) - held :]
-        self.sandbox = Sandbox.from_config(sections["sandbox"])
-        self.limits = RolloutSettings.from_config(sections["rollout"])
+        self.sandbox = Sandbox.from_settings(environment.sandbox)
+        self.limits = environment.limits
         self.processes = data_parallel_processes()
         self.steps_per_iteration = steps_per_iteration(variant, settings, self.processes)
         self.best_path = Path(ckpt) / "best.pt"
@@ -386,8 +385,7 @@ class PPORun:
         if generation.engine == "hf":
             return HFEngine(self.model.policy, self.tokenizer, generation.batch_size)
         if self._generator is None:
-            dtype = self.sections["policy"]["dtype"]
-            self._generator = make_engine(generation, self.start_path, dtype)
+            self._generator = make_engine(generation, self.start_path, self.dtype)
         self._generator.load_weights(merged_state_dict(self.model.policy))
         return self._generator
 

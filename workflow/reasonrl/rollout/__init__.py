@@ -1,6 +1,8 @@
-"""Rollouts: the multi-turn tool loop (loop), and a generation engine in a process of its own
-that a training job drives (generator_process, imported on its own)."""
+"""Rollouts: the multi-turn tool loop (loop), what a rollout needs of the config (environment),
+and a generation engine in a process of its own that a training job drives (generator_process,
+imported on its own)."""
 
+from reasonrl.rollout.environment import RolloutEnvironment
 from reasonrl.rollout.loop import (
     MAX_SESSIONS,
     SESSION_OPEN_SECONDS,
@@ -17,6 +19,7 @@ from reasonrl.rollout.loop import (
 
 __all__ = [
     "MAX_SESSIONS",
+    "RolloutEnvironment",
     "RolloutPrefix",
     "RolloutSettings",
     "SESSION_OPEN_SECONDS",

@@ -20,10 +20,14 @@ import signal
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from reasonrl.errors import ReasonRLError
+
+if TYPE_CHECKING:
+    from reasonrl.rollout.environment import RolloutEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +166,10 @@ class GeneratorProcess:
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    """What a rollout server needs (picklable: it crosses the spawn): the config sections
-    generation, rollout, sandbox and policy; the start model its engine loads."""
+    """What a rollout server needs (picklable: it crosses the spawn): the rollouts'
+    environment (engine, caps, sandbox, dtype); the start model its engine loads."""
 
-    config: dict
+    environment: RolloutEnvironment
     model_path: str
     threads: int
     visible_devices: str | None = None
@@ -176,15 +180,14 @@ def serve_rollouts(spec: RolloutSpec, requests, replies, stop) -> None:
     ("weight", name, tensor) requests collect a new state one entry at a time, ("load",)
     loads it into the engine, ("rollouts", problems, style, samples, params, policy) replies
     with run_rollouts' rows."""
-    from reasonrl.generation import EngineSettings, make_engine
-    from reasonrl.rollout import RolloutSettings, run_rollouts
+    from reasonrl.generation import make_engine
+    from reasonrl.rollout import run_rollouts
     from reasonrl.sandbox import Sandbox
 
-    config = spec.config
-    generation = EngineSettings.from_section(config["generation"])
-    engine = make_engine(generation, spec.model_path, config["policy"]["dtype"])
-    limits = RolloutSettings.from_config(config["rollout"])
-    sandbox = Sandbox.from_config(config["sandbox"])
+    environment = spec.environment
+    engine = make_engine(environment.generation, spec.model_path, environment.dtype)
+    limits = environment.limits
+    sandbox = Sandbox.from_settings(environment.sandbox)
     state: dict[str, torch.Tensor] = {}
     while (request := next_request(requests, stop)) is not None:
         kind, *body = request

@@ -54,7 +54,7 @@ from reasonrl.sandbox.bwrap import BWRAP_MISSING, HOST_DIR_PREFIX, bwrap_availab
 from reasonrl.sandbox.guarantees import GUARANTEES, SANDBOX_UIDS, weaker_guarantees
 from reasonrl.sandbox.pool import Program, SandboxRefused, WorkerPool
 from reasonrl.sandbox.results import STATUSES, CancelToken, SandboxLimits, SandboxResult
-from reasonrl.sandbox.runner import Sandbox
+from reasonrl.sandbox.runner import Sandbox, SandboxSettings
 from reasonrl.sandbox.sessions import Session, program_with_history
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "CancelToken",
     "Program",
     "Sandbox",
+    "SandboxSettings",
     "SandboxLimits",
     "SandboxRefused",
     "SandboxResult",

@@ -15,6 +15,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from reasonrl.errors import ReasonRLError
@@ -63,6 +64,32 @@ from reasonrl.sandbox.zygote import (
 )
 
 
+@dataclass(frozen=True)
+class SandboxSettings:
+    """The config's sandbox section, typed once at a stage (picklable: a generator process
+    makes its own Sandbox from it)."""
+
+    limits: SandboxLimits = SandboxLimits()  # noqa: RUF009 (frozen, so sharing is safe)
+    allow_unsandboxed: bool = False
+    workers: int = 2
+    pool_memory_mb: int = 0
+    site_packages: bool = False
+    zygote: bool = True
+    require: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, section: dict) -> SandboxSettings:
+        return cls(
+            SandboxLimits.from_config(section),
+            allow_unsandboxed=bool(section.get("allow_unsandboxed", False)),
+            workers=int(section.get("workers", 2)),
+            pool_memory_mb=int(section.get("pool_memory_mb", 0)),
+            site_packages=bool(section.get("site_packages", False)),
+            zygote=bool(section.get("zygote", True)),
+            require=tuple(section.get("require", ())),
+        )
+
+
 class Sandbox:
     """Runs Python programs under bubblewrap (or, if explicitly allowed, under rlimits only)."""
 
@@ -103,14 +130,18 @@ class Sandbox:
     @classmethod
     def from_config(cls, section: dict) -> Sandbox:
         """A sandbox from the config's `sandbox:` section."""
+        return cls.from_settings(SandboxSettings.from_config(section))
+
+    @classmethod
+    def from_settings(cls, settings: SandboxSettings) -> Sandbox:
         return cls(
-            SandboxLimits.from_config(section),
-            allow_unsandboxed=bool(section.get("allow_unsandboxed", False)),
-            workers=int(section.get("workers", 2)),
-            pool_memory_mb=int(section.get("pool_memory_mb", 0)),
-            site_packages=bool(section.get("site_packages", False)),
-            zygote=bool(section.get("zygote", True)),
-            require=tuple(section.get("require", ())),
+            settings.limits,
+            allow_unsandboxed=settings.allow_unsandboxed,
+            workers=settings.workers,
+            pool_memory_mb=settings.pool_memory_mb,
+            site_packages=settings.site_packages,
+            zygote=settings.zygote,
+            require=settings.require,
         )
 
     def with_limits(self, limits: SandboxLimits) -> Sandbox:

@@ -54,6 +54,7 @@ def online_dpo(
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.rollout import RolloutSettings
     from reasonrl.rollout.generator_process import generator_devices
+    from reasonrl.sandbox import SandboxSettings
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import is_main_process, node_processes, refuse_zero3
     from reasonrl.training.lora import LoraSettings
@@ -92,7 +93,7 @@ def online_dpo(
                 settings=online,
                 generation=EngineSettings.from_section(config["generation"]),
                 rollout=RolloutSettings.from_config(config["rollout"]),
-                sandbox=config["sandbox"],
+                sandbox=SandboxSettings.from_config(config["sandbox"]),
                 dtype=dtype,
                 model_path=model_path,
                 problems=read_jsonl(train_path, schema="problem"),

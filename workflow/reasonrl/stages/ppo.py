@@ -37,7 +37,7 @@ from reasonrl.ppo.run import (
 )
 from reasonrl.ppo.settings import PPORunSettings
 from reasonrl.rewards.sequence import SequenceScorer
-from reasonrl.rollout import RolloutSettings, run_rollouts
+from reasonrl.rollout import RolloutEnvironment, RolloutSettings, run_rollouts
 from reasonrl.rollout.generator_process import RolloutServer, RolloutSpec, generator_devices
 from reasonrl.sandbox import Sandbox
 from reasonrl.stages._train import TrainingRun
@@ -95,8 +95,8 @@ def _server(config: dict, model_path: str, generator_gpus: int) -> Iterator:
     if not is_main_process():
         yield None
         return
-    sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
-    spec = RolloutSpec(sections, model_path, torch.get_num_threads(), visible)
+    environment = RolloutEnvironment.from_config(config)
+    spec = RolloutSpec(environment, model_path, torch.get_num_threads(), visible)
     with RolloutServer(spec) as server:
         log.info("ppo samples with a generator process of its own (pid %s)", server.pid)
         yield server
@@ -131,9 +131,9 @@ def _ppo(
     reference = run.reference(policy, model_path, dtype)
     models = (policy, tokenizer, reference)
     critic_adapters = partial(run.adapt, task="FEATURE_EXTRACTION")  # a bare trunk
-    sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
+    environment = RolloutEnvironment.from_config(config)
     ppo_run = PPORun(
-        settings, sections, variant, models, reward_model, problems, run.checkpoints.folder,
+        settings, environment, variant, models, reward_model, problems, run.checkpoints.folder,
         critic_adapters, start_path=model_path, server=server, remote=remote,
     )  # fmt: skip
     per = ppo_run.steps_per_iteration
