@@ -18,6 +18,7 @@ from reasonrl.models import build_tiny_policy
 from reasonrl.stages.data import make_data
 from reasonrl.stages.evaluate import evaluate
 from reasonrl.stages.models import corpus_texts
+from reasonrl.stages.report import verdict as report_verdict
 from reasonrl.stages.sft import sft as run_sft
 from reasonrl.stats.comparisons import greedy_correct
 
@@ -124,3 +125,22 @@ def assert_gain(row: dict) -> None:
     """The pre-registered claim that arm a beats arm b: the paired CI above 0 and Holm's p
     under 0.05."""
     assert row["ci_low"] > 0 and row["p_holm"] < 0.05, verdict(row)
+
+
+def assert_noninferior(row: dict) -> None:
+    """A pre-registered non-inferiority claim (a method's cost on the easy band): the report's
+    own verdict, the paired CI's low end above -margin and Holm's p under 0.05."""
+    assert report_verdict(row, 0.05) == f"a >= b - {row['margin']:g}", verdict(row)
+
+
+class RecordChanged(Exception):
+    """A recorded null's comparison moved out of the CI recorded with it: news to read, not
+    the known failure its strict xfail expects (an AssertionError)."""
+
+
+def assert_null_holds(row: dict, ci_low: float, ci_high: float) -> None:
+    """Before a null's claim (a strict xfail): the comparison's difference is still inside
+    the CI recorded with it, so a worse (or a better) result fails the test instead of
+    passing as the expected failure."""
+    if not ci_low <= row["diff"] <= ci_high:
+        raise RecordChanged(f"outside the recorded [{ci_low:+.3f}, {ci_high:+.3f}]: {verdict(row)}")
