@@ -15,7 +15,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from reasonrl.errors import ReasonRLError
@@ -134,15 +134,8 @@ class Sandbox:
 
     @classmethod
     def from_settings(cls, settings: SandboxSettings) -> Sandbox:
-        return cls(
-            settings.limits,
-            allow_unsandboxed=settings.allow_unsandboxed,
-            workers=settings.workers,
-            pool_memory_mb=settings.pool_memory_mb,
-            site_packages=settings.site_packages,
-            zygote=settings.zygote,
-            require=settings.require,
-        )
+        """A sandbox from its typed settings (each field is the keyword of its own name)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(settings)})
 
     def with_limits(self, limits: SandboxLimits) -> Sandbox:
         """The same sandbox (backend, workers, pool memory) with other per-program limits."""
