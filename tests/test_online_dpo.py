@@ -986,17 +986,22 @@ def test_table_compares_sync_and_async(tmp_path):
 
 
 def test_a_micro_batch_without_rows_gives_every_trained_weight_a_zero_gradient(tiny_policy):
-    """A micro-batch whose prompts all tied has no DPO pair; its backward must still reach
-    every trained weight, else DeepSpeed's ZeRO-2 has nothing to reduce on that process
-    (test_data_parallel_stages.py's two-nodes online learner stopped with IndexError)."""
+    """A micro-batch whose prompts all tied has no DPO pair. Over several processes its
+    backward must still reach every trained weight, else DeepSpeed's ZeRO-2 has nothing to
+    reduce on that process (test_data_parallel_stages.py's two-nodes online learner stopped
+    with IndexError); in one process it reaches none, so a step without any pair leaves the
+    gradients None and AdamW moves nothing."""
     from reasonrl.models import load_policy
     from reasonrl.training.online_dpo import no_rows_loss
 
     model = load_policy(tiny_policy)[0]
     model.model.embed_tokens.requires_grad_(False)
-    loss = no_rows_loss(model)
+    loss = no_rows_loss(model, 2)
     loss.backward()
     assert float(loss.detach()) == 0.0
     trained = [p for p in model.parameters() if p.requires_grad]
     assert trained and all(p.grad is not None and not p.grad.any() for p in trained)
     assert model.model.embed_tokens.weight.grad is None
+    model.zero_grad(set_to_none=True)
+    no_rows_loss(model, 1).backward()
+    assert all(p.grad is None for p in model.parameters())

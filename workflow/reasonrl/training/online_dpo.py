@@ -26,6 +26,7 @@ from reasonrl.errors import ReasonRLError
 from reasonrl.sequences import MaskedSequence, pad_sequences, pad_with_action_logps, sequence_logps
 from reasonrl.training.grpo import GRPOSettings, grpo_loss
 from reasonrl.training.grpo import units as grpo_units
+from reasonrl.training.loop import data_parallel_processes
 from reasonrl.training.ppo import (
     PolicyCritic,
     PPOSettings,
@@ -188,7 +189,7 @@ class OnlineObjective:
 
     def __call__(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         if batch["input_ids"].shape[0] == 0:
-            return no_rows_loss(model), {"tokens": 0.0}
+            return no_rows_loss(model, data_parallel_processes()), {"tokens": 0.0}
         if self.loss == "dpo":
             return self.dpo(model, batch)
         if self.loss == "ppo":
@@ -209,12 +210,17 @@ class OnlineObjective:
         return loss, stats
 
 
-def no_rows_loss(model: torch.nn.Module) -> torch.Tensor:
-    """The loss of a micro-batch with no rows (every prompt of it tied: no DPO pair): zero
-    times every trained weight, so that its backward still gives each a (zero) gradient. A
-    process's backward joins the step's gradient reduction under DeepSpeed's ZeRO-2, which
-    reduces what the backward produced: a loss tied to no weight gives it nothing to reduce
-    (its bucket is empty: IndexError) while the other process waits."""
+def no_rows_loss(model: torch.nn.Module, processes: int) -> torch.Tensor:
+    """The loss of a micro-batch with no rows (every prompt of it tied: no DPO pair). Over
+    several processes, zero times every trained weight, so that its backward still gives each
+    a (zero) gradient: a process's backward joins the step's gradient reduction under
+    DeepSpeed's ZeRO-2, which reduces what the backward produced, and a loss tied to no
+    weight gives it nothing to reduce (its bucket is empty: IndexError) while the others
+    wait. In one process, a loss tied to no weight: a step whose micro-batches all have no
+    rows leaves every gradient None, so AdamW moves nothing (zero gradients would still move
+    the weights by its momentum and weight decay)."""
+    if processes == 1:
+        return torch.zeros((), requires_grad=True)
     trained = [p for p in model.parameters() if p.requires_grad]
     return sum((p.sum() for p in trained), torch.zeros((), device=trained[0].device)) * 0.0
 
