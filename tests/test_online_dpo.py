@@ -20,12 +20,10 @@ from tracked import COMMON, event_scalars, track
 
 from reasonrl.config import validate_config
 from reasonrl.errors import ReasonRLError
-from reasonrl.generation import EngineSettings
 from reasonrl.io import read_json, write_jsonl
 from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec, Schedule
 from reasonrl.online_dpo.settings import OnlineDPOSettings
-from reasonrl.rollout import RolloutSettings
-from reasonrl.sandbox import SandboxSettings
+from reasonrl.rollout import RolloutEnvironment
 from reasonrl.stages.online_dpo import online_dpo as run_online
 from reasonrl.stages.online_dpo import online_dpo_table as write_online_table
 from reasonrl.stages.online_dpo import online_variant, timing_summary
@@ -772,10 +770,7 @@ def _spec(
     """A one-thread tool-style generator from round 0."""
     return GeneratorSpec(
         settings=_online(config["online_dpo"], config["seed"]),
-        generation=EngineSettings.from_section(config["generation"]),
-        rollout=RolloutSettings.from_config(config["rollout"]),
-        sandbox=SandboxSettings.from_config(config["sandbox"]),
-        dtype=config["policy"]["dtype"],
+        environment=RolloutEnvironment.from_config(config),
         model_path=str(model),
         problems=problems,
         style="tool",

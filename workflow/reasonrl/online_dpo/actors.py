@@ -27,10 +27,8 @@ from reasonrl.rollout.generator_process import next_request
 from reasonrl.training.lora import merged_state_dict
 
 if TYPE_CHECKING:
-    from reasonrl.generation import EngineSettings
     from reasonrl.online_dpo.settings import OnlineDPOSettings
-    from reasonrl.rollout import RolloutSettings
-    from reasonrl.sandbox import SandboxSettings
+    from reasonrl.rollout import RolloutEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +68,7 @@ class GeneratorSpec:
     """Everything the generator process needs (picklable: it crosses the spawn)."""
 
     settings: OnlineDPOSettings
-    generation: EngineSettings  # the config's generation section
-    rollout: RolloutSettings
-    sandbox: SandboxSettings  # the generator makes its own sandbox from it
-    dtype: str  # the policy's (policy.dtype)
+    environment: RolloutEnvironment  # engine, caps, sandbox (it makes its own) and dtype
     model_path: str
     problems: list[dict]
     style: str
@@ -108,11 +103,12 @@ def _generate_rounds(spec: GeneratorSpec, weights, data, stop) -> None:
     from reasonrl.rewards.sequence import SequenceScorer
     from reasonrl.sandbox import Sandbox
 
-    engine = make_engine(spec.generation, spec.model_path, spec.dtype)
+    environment = spec.environment
+    engine = make_engine(environment.generation, spec.model_path, environment.dtype)
     scorer = SequenceScorer(
-        spec.settings.reward, spec.reward_model, spec.dtype, "online_dpo.reward"
+        spec.settings.reward, spec.reward_model, environment.dtype, "online_dpo.reward"
     )
-    sandbox = Sandbox.from_settings(spec.sandbox)
+    sandbox = Sandbox.from_settings(environment.sandbox)
     version = None
     for round_no in range(spec.first_round, spec.schedule.rounds):
         need = spec.schedule.generator_version(round_no)
@@ -205,7 +201,7 @@ def _sampled(engine, sandbox, scorer, spec: GeneratorSpec, round_no: int, batch:
         spec.style,
         settings.samples_per_prompt,
         params,
-        spec.rollout,
+        spec.environment.limits,
         sandbox,
         policy=f"round{round_no}" if not batch else f"round{round_no}-refill{batch}",
     )

@@ -47,14 +47,12 @@ def online_dpo(
     per-step metrics (JSON + CSV) and the manifest. Under accelerate launch the learner is
     data parallel and the main process runs the generator (reasonrl.online_dpo.learner);
     `generator_gpus` 1: the generator samples on the job's GPU after the learner's."""
-    from reasonrl.generation import EngineSettings
     from reasonrl.online_dpo.actors import GeneratorProcess, GeneratorSpec
     from reasonrl.online_dpo.learner import Learner, RoundStore, learn, loop_settings
     from reasonrl.online_dpo.settings import OnlineDPOSettings
     from reasonrl.rewards.sequence import SequenceScorer
-    from reasonrl.rollout import RolloutSettings
+    from reasonrl.rollout import RolloutEnvironment
     from reasonrl.rollout.generator_process import generator_devices
-    from reasonrl.sandbox import SandboxSettings
     from reasonrl.stages._train import TrainingRun
     from reasonrl.training.loop import is_main_process, node_processes, refuse_zero3
     from reasonrl.training.lora import LoraSettings
@@ -91,10 +89,7 @@ def online_dpo(
             store.reset_unless_resuming(run.checkpoints.latest() is not None)
             spec = GeneratorSpec(
                 settings=online,
-                generation=EngineSettings.from_section(config["generation"]),
-                rollout=RolloutSettings.from_config(config["rollout"]),
-                sandbox=SandboxSettings.from_config(config["sandbox"]),
-                dtype=dtype,
+                environment=RolloutEnvironment.from_config(config),
                 model_path=model_path,
                 problems=read_jsonl(train_path, schema="problem"),
                 style=style,

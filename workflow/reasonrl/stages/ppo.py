@@ -71,20 +71,21 @@ def ppo(
     settings = PPORunSettings.from_section(section, config["seed"])
     variant = find_variant(section, variant_name)
     check_buffer_steps(settings, variant)
+    environment = RolloutEnvironment.from_config(config)
     # A scheduler's SIGTERM unwinds like Ctrl-C, so the generator is stopped on the way out.
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
-        with _server(config, model_path, generator_gpus) as server:
+        with _server(environment, model_path, generator_gpus) as server:
             return _ppo(
-                config, section, settings, variant, model_path, reward_model, problems_path,
-                out_dir, server, remote=bool(generator_gpus),
+                config, section, settings, environment, variant, model_path, reward_model,
+                problems_path, out_dir, server, remote=bool(generator_gpus),
             )  # fmt: skip
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
-def _server(config: dict, model_path: str, generator_gpus: int) -> Iterator:
+def _server(environment: RolloutEnvironment, model_path: str, generator_gpus: int) -> Iterator:
     """The main process's rollout server on the generator's own GPU, for the run; None on
     the other processes and without generator_gpus. Every process finds the generator's
     GPU, so a job without one fails on all of them alike (none waits on the main one)."""
@@ -95,7 +96,6 @@ def _server(config: dict, model_path: str, generator_gpus: int) -> Iterator:
     if not is_main_process():
         yield None
         return
-    environment = RolloutEnvironment.from_config(config)
     spec = RolloutSpec(environment, model_path, torch.get_num_threads(), visible)
     with RolloutServer(spec) as server:
         log.info("ppo samples with a generator process of its own (pid %s)", server.pid)
@@ -106,6 +106,7 @@ def _ppo(
     config: dict,
     section: dict,
     settings: PPORunSettings,
+    environment: RolloutEnvironment,
     variant: Variant,
     model_path: str,
     reward_model: str | None,
@@ -131,7 +132,6 @@ def _ppo(
     reference = run.reference(policy, model_path, dtype)
     models = (policy, tokenizer, reference)
     critic_adapters = partial(run.adapt, task="FEATURE_EXTRACTION")  # a bare trunk
-    environment = RolloutEnvironment.from_config(config)
     ppo_run = PPORun(
         settings, environment, variant, models, reward_model, problems, run.checkpoints.folder,
         critic_adapters, start_path=model_path, server=server, remote=remote,
