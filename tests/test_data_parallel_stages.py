@@ -10,6 +10,7 @@ loader."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -110,16 +111,23 @@ def _launch(launcher: str, *args: str, timeout: int = 600) -> subprocess.Complet
 TWO_NODES = {"SLURM_JOB_NODELIST": "localhost,localhost", "SLURM_NNODES": "2", "SLURM_JOB_ID": "7"}
 
 
+@functools.cache
+def zero2_fp32_config() -> Path:
+    """The profiles' ZeRO-2 accelerate config in fp32 (bf16 would not compare with one
+    process), written once per session."""
+    profile = yaml.safe_load((REPO / "profiles/accelerate/deepspeed_zero2.yaml").read_text())
+    config = Path(tempfile.mkdtemp(prefix="reasonrl-zero2-")) / "zero2-fp32.yaml"
+    config.write_text(yaml.safe_dump({**profile, "mixed_precision": "no"}))
+    return config
+
+
 def _launch_two_nodes(args: tuple, env: dict, timeout: int) -> subprocess.CompletedProcess:
     """Both nodes' launchers of `reasonrl ARGS`, which must succeed; the first node's result.
-    Its manifest's scheduler names both nodes (test_two_nodes_name_every_node_in_the_manifest)."""
+    Its manifest names both nodes (test_sft_over_two_processes_is_one_with_twice_the_...)."""
     from slurm_cluster import _free_port
 
-    profile = yaml.safe_load((REPO / "profiles/accelerate/deepspeed_zero2.yaml").read_text())
-    config = Path(tempfile.mkdtemp()) / "zero2-fp32.yaml"
-    config.write_text(yaml.safe_dump({**profile, "mixed_precision": "no"}))
     command = [sys.executable, "-m", "reasonrl.training.launch", "--processes-per-node", "1"]
-    command += ["--config-file", str(config), "-m", "reasonrl.cli", *args]
+    command += ["--config-file", str(zero2_fp32_config()), "-m", "reasonrl.cli", *args]
     rendezvous = {**TWO_NODES, "MASTER_PORT": str(_free_port())}
     nodes = [
         subprocess.Popen(
@@ -225,17 +233,22 @@ def test_reward_model_training_over_two_processes_is_one_with_twice_the_accumula
             torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=WEIGHT_ATOL, msg=key)
 
 
-def test_sft_over_two_processes_is_one_with_twice_the_accumulation(tmp_path):
+def sft_inputs(folder: Path) -> tuple[Path, Path]:
+    """16 arith problems (folder/train.jsonl) and a tiny policy (folder/policy) whose
+    tokenizer is their own text, so that a solution fits the context."""
     from reasonrl.models import build_tiny_policy
     from reasonrl.stages.models import corpus_texts
 
     problems, _ = build_problems("arith", {"kind": "arith", "train_size": 16, "test_size": 1}, 0)
-    write_jsonl(tmp_path / "train.jsonl", problems, schema="problem")
-    # a tokenizer of the problems' own text, so that a solution fits the context
+    write_jsonl(folder / "train.jsonl", problems, schema="problem")
     settings = {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2,
                 "num_heads": 2, "num_kv_heads": 2, "max_position_embeddings": 1024}  # fmt: skip
-    tiny_policy = tmp_path / "policy"
-    build_tiny_policy(corpus_texts([str(tmp_path / "train.jsonl")]), settings, 0, tiny_policy)
+    build_tiny_policy(corpus_texts([str(folder / "train.jsonl")]), settings, 0, folder / "policy")
+    return folder / "policy", folder / "train.jsonl"
+
+
+def test_sft_over_two_processes_is_one_with_twice_the_accumulation(tmp_path):
+    tiny_policy, _ = sft_inputs(tmp_path)
     runs = {}
     # One config for one process and two: a global batch of 4 makes 2 micro-batches of 2 per
     # step on one process, 1 on each of two. "whole": each step's 4 solutions in one

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from test_data_parallel_stages import sft_inputs, zero2_fp32_config
 
 import reasonrl.memory_plan as mp
 from reasonrl.config import load_workflow_config
@@ -212,21 +213,6 @@ def two_node_cluster():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _sft_inputs(folder: Path) -> tuple[Path, Path]:
-    """16 arith problems and a tiny policy whose tokenizer is their text."""
-    from reasonrl.io import write_jsonl
-    from reasonrl.models import build_tiny_policy
-    from reasonrl.stages.models import corpus_texts
-    from reasonrl.tasks import build_problems
-
-    problems, _ = build_problems("arith", {"kind": "arith", "train_size": 16, "test_size": 1}, 0)
-    write_jsonl(folder / "train.jsonl", problems, schema="problem")
-    settings = {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2,
-                "num_heads": 2, "num_kv_heads": 2, "max_position_embeddings": 1024}  # fmt: skip
-    build_tiny_policy(corpus_texts([str(folder / "train.jsonl")]), settings, 0, folder / "policy")
-    return folder / "policy", folder / "train.jsonl"
-
-
 def test_an_sft_job_over_two_slurm_nodes_trains_as_one_process(two_node_cluster, tmp_path):
     """sbatch --nodes=2 runs the rule's command as launcher() makes it for resources nodes=2,
     gpu=4 (two processes stand in for each node's two GPUs): srun starts the launch on n1 and
@@ -236,7 +222,7 @@ def test_an_sft_job_over_two_slurm_nodes_trains_as_one_process(two_node_cluster,
     from reasonrl.models import load_policy
 
     shared = Path(tempfile.mkdtemp(prefix="reasonrl-sft-", dir=two_node_cluster.root))
-    policy, train = _sft_inputs(shared)
+    policy, train = sft_inputs(shared)
     sft = {"max_steps": 3, "batch_size": 1, "global_batch_size": 4, "lr": 1e-2,
            "max_length": 1024, "log_every": 1, "group_by_length": False}  # fmt: skip
     args = ["sft", "--config-json", json.dumps({"sft": sft}), "--style", "tool"]
@@ -246,10 +232,7 @@ def test_an_sft_job_over_two_slurm_nodes_trains_as_one_process(two_node_cluster,
         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert one.returncode == 0, one.stderr[-3000:]
-    profile = yaml.safe_load(Path(REPO / "profiles/accelerate/deepspeed_zero2.yaml").read_text())
-    config = shared / "zero2-fp32.yaml"
-    config.write_text(yaml.safe_dump({**profile, "mixed_precision": "no"}))
-    prefix = command_prefix(2, 4, 0, config, mpi=True)
+    prefix = command_prefix(2, 4, 0, zero2_fp32_config(), mpi=True)
     command = f"{prefix} {shlex.join(args)} --out {shared / 'two'}"
     env = {**two_node_cluster.env, "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1",
            "PATH": f"{Path(sys.executable).parent}:{two_node_cluster.env['PATH']}"}  # fmt: skip
