@@ -26,7 +26,7 @@ from reasonrl.online_dpo.settings import OnlineDPOSettings
 from reasonrl.rollout import RolloutEnvironment
 from reasonrl.stages.online_dpo import online_dpo as run_online
 from reasonrl.stages.online_dpo import online_dpo_table as write_online_table
-from reasonrl.stages.online_dpo import online_variant, timing_summary
+from reasonrl.stages.online_dpo import online_variant, timing_summary, variant_section
 from reasonrl.tasks import build_problems
 from reasonrl.training.online_dpo import (
     OnlineObjective,
@@ -512,7 +512,7 @@ def test_settings_are_the_section_with_its_variants_keys_typed_once():
     keys = {"steps": 6, "prompts_per_step": 4, "temperature": 0.7, "lr": 3e-6, "beta": 0.1}
     variant = {"name": "a", "mode": "sync", "loss": "rloo", "off_policy": 3}
     config = validate_config({"seed": 7, "online_dpo": {**keys, "variants": [variant]}})
-    section = {**config["online_dpo"], **online_variant(config, "a")}
+    section = variant_section(config, "a")
     settings = OnlineDPOSettings.from_section(section, config["seed"])
     expected = {**section, "max_steps": 6, "grad_accum": 1, "weight_decay": 0.0}
     assert loop_settings(settings) == LoopSettings.from_config(expected, 7)
@@ -525,6 +525,20 @@ def test_settings_are_the_section_with_its_variants_keys_typed_once():
     )
     assert settings.micro_batch_prompts == 4  # null: the whole step
     assert (settings.sampling.temperature, settings.sampling.top_p) == (0.7, 1.0)
+
+
+def test_a_variant_trains_with_its_own_lr_k_and_temperature_where_it_sets_them():
+    """GRPO's pilot tuned lr, K and T apart from online DPO's: a variant's own keys win over
+    the section's, and a variant without them keeps the section's."""
+    keys = {"lr": 1e-5, "samples_per_prompt": 4, "temperature": 0.7}
+    own = {"name": "grpo", "loss": "grpo", "lr": 1e-4, "samples_per_prompt": 8, "temperature": 1.0}
+    config = validate_config({"online_dpo": {**keys, "variants": [{"name": "dpo"}, own]}})
+    grpo = OnlineDPOSettings.from_section(variant_section(config, "grpo"), 0, 256)
+    dpo = OnlineDPOSettings.from_section(variant_section(config, "dpo"), 0)
+    assert (grpo.loop.lr, grpo.samples_per_prompt, grpo.sampling.temperature) == (1e-4, 8, 1.0)
+    assert (dpo.loop.lr, dpo.samples_per_prompt, dpo.sampling.temperature) == (1e-5, 4, 0.7)
+    with pytest.raises(ReasonRLError, match="samples_per_prompt"):
+        validate_config({"online_dpo": {"variants": [{"name": "a", "samples_per_prompt": 1}]}})
 
 
 def test_a_generator_with_a_gpu_of_its_own_takes_the_first_after_the_learners(monkeypatch):

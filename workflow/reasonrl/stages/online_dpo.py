@@ -31,6 +31,12 @@ def online_variant(config: dict, name: str) -> dict:
     raise ReasonRLError(f"online_dpo variant '{name}' is not in online_dpo.variants ({names})")
 
 
+def variant_section(config: dict, name: str) -> dict:
+    """online_dpo with the variant's keys over the section's: a variant that sets its own lr,
+    K or temperature (a loss tuned apart, as GRPO's) trains with them."""
+    return {**config["online_dpo"], **online_variant(config, name)}
+
+
 def online_dpo(
     config: dict,
     variant_name: str,
@@ -61,8 +67,7 @@ def online_dpo(
 
     refuse_zero3("online_dpo", "its generator is sent the main process's whole policy")
     main = is_main_process()
-    variant = online_variant(config, variant_name)
-    section = {**config["online_dpo"], **variant}
+    section = variant_section(config, variant_name)
     max_tokens = config["rollout"]["max_total_tokens"]
     online = OnlineDPOSettings.from_section(section, config["seed"], max_tokens)
     sections = {k: config[k] for k in ("generation", "rollout", "sandbox", "policy")}
