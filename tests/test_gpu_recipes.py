@@ -22,6 +22,8 @@ RECIPES = {
     "gpu-pfppo-deepseek-coder-6.7b.yaml": ("deepseek-ai/deepseek-coder-6.7b-base", 1e-5),
     "gpu-async-dpo-rho-1b.yaml": ("realtreetune/rho-1b-sft-GSM8K", 1e-6),
     "gpu-prm-math-shepherd-mistral-7b.yaml": ("peiyi9979/mistral-7b-sft", 5e-6),
+    # R1-Zero: no SFT, the online learner starts from the hub's base
+    "gpu-drgrpo-qwen2.5-math-1.5b.yaml": ("Qwen/Qwen2.5-Math-1.5B", None),
 }
 
 
@@ -47,20 +49,25 @@ def test_every_gpu_recipe_is_checked():
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
-def test_recipe_dry_run_plans_sft_and_evaluation_of_the_papers_model_with_vllm(snakemake, name):
+def test_recipe_dry_run_plans_training_and_evaluation_of_the_papers_model_with_vllm(
+    snakemake, name
+):
+    """SFT from the paper's model (its lr), or, where the paper has no SFT (lr None), the
+    online learner from it; every evaluation with vLLM."""
     hub_id, lr = RECIPES[name]
     result = snakemake("-n", "-p", "--configfile", f"config/{name}")
     commands = _commands(result)
     sft = [argv for argv in commands if argv[1] == "sft"]
+    starts = sft if lr is not None else [argv for argv in commands if argv[1] == "online-dpo"]
     evaluate = [argv for argv in commands if argv[1] == "evaluate"]
-    assert sft and evaluate
-    for argv in sft + evaluate:
+    assert starts and evaluate and (lr is not None or not sft)
+    for argv in starts + evaluate:
         model = argv[argv.index("--model") + 1]
         assert model == hub_id or re.fullmatch(
             r"results/models/(sft-(tool|cot)|mdpo-round\d|ppo-[a-z0-9.-]+|online-[a-z0-9.-]+)",
             model,
         )
-    assert any(argv[argv.index("--model") + 1] == hub_id for argv in sft)
+    assert any(argv[argv.index("--model") + 1] == hub_id for argv in starts)
     for argv in sft:
         assert _config_json(argv)["sft"]["lr"] == lr
     for argv in evaluate:
@@ -188,3 +195,18 @@ def test_prm_recipe_ranks_best_of_n_on_the_whole_test_set(snakemake):
     assert commands
     for argv in commands:
         assert _config_json(argv)["reward_models"]["best_of_n"]["max_problems"] == 0
+
+
+def test_drgrpo_recipe_runs_dr_grpo_from_the_base_prompted_for_a_chain_of_thought(snakemake):
+    """R1-Zero-like RL: the online learner starts from the hub's base with no SFT, and the
+    base, the learner and the RL policy's evaluation all prompt in policy.style (cot)."""
+    result = snakemake("-n", "-p", "--configfile", "config/gpu-drgrpo-qwen2.5-math-1.5b.yaml")
+    (online,) = _commands(result, "online-dpo")
+    assert online[online.index("--style") + 1] == "cot"
+    [variant] = _config_json(online)["online_dpo"]["variants"]
+    assert (variant["loss"], variant["grpo"]["aggregation"]) == ("grpo", "dr_grpo")
+    evaluations = {
+        argv[argv.index("--policy") + 1]: argv[argv.index("--style") + 1]
+        for argv in _commands(result, "evaluate")
+    }
+    assert evaluations == {"base": "cot", "online-drgrpo": "cot"}

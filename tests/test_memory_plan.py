@@ -215,7 +215,8 @@ def test_every_recipe_fits_on_eight_80gb_gpus(name):
     config = load_workflow_config([str(REPO / "config" / name)])
     placements = _capacity_placements()
     plans = mp.plan_config(config, placements)
-    assert {p.rule for p in plans} >= {"sft", "evaluate"}
+    rules = {p.rule for p in plans}
+    assert "evaluate" in rules and rules & {"sft", "online_dpo"}  # trains, then evaluates
     assert [p.rule for p in plans if not p.fits] == []
     # and each launch there runs: its batches share out over its GPUs
     mp.check_launches(config, placements, name)
@@ -262,9 +263,13 @@ def test_the_online_learner_is_its_section_typed_as_the_run_types_it():
         assert learner.micro_batches == -(-section["prompts_per_step"] // prompts)
         trained = learner.trained  # best and worst of K (the recipe's losses are DPO's)
         assert (trained.sequences, trained.length) == (2 * prompts, section["max_length"])
-        assert learner.forward_tokens == mp.REFERENCE_ROWS * section["max_length"]
+        assert learner.forward_tokens == section["reference_rows"] * section["max_length"]
         assert learner.reference_copies == int(section["lora"]["r"] == 0)
         assert learner.reward_model == (section["reward"] != "oracle")
+    # the reference's forward of fewer rows at a time (a long-sequence, large-vocabulary recipe)
+    assert section["reference_rows"] == mp.REFERENCE_ROWS
+    section["reference_rows"] = 4
+    assert mp.online_learner(config).forward_tokens == 4 * section["max_length"]
 
 
 def test_the_ppo_learner_is_its_section_typed_as_the_run_counts_it():

@@ -527,6 +527,29 @@ def test_settings_are_the_section_with_its_variants_keys_typed_once():
     assert (settings.sampling.temperature, settings.sampling.top_p) == (0.7, 1.0)
 
 
+def test_the_reference_scores_a_steps_rows_in_forwards_of_reference_rows():
+    """online_dpo.reference_rows is the chunk the reference's log-probs are computed in (the
+    memory plan counts that many rows' fp32 log-softmax)."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from reasonrl.online_dpo.learner import Learner
+
+    calls = []
+
+    def logps(model, part, pad, rows):
+        calls.append((model, len(part), pad, rows))
+        return [float(i) for i in range(len(part))]
+
+    learner = SimpleNamespace(
+        tokenizer=SimpleNamespace(pad_token_id=3),
+        reference=SimpleNamespace(evaluating=lambda: nullcontext("reference")),
+        settings=SimpleNamespace(reference_rows=4),
+    )
+    assert Learner._reference(learner, ["s"] * 10, logps) == [float(i) for i in range(10)]
+    assert calls == [("reference", 10, 3, 4)]
+
+
 def test_a_variant_trains_with_its_own_lr_k_and_temperature_where_it_sets_them():
     """GRPO's pilot tuned lr, K and T apart from online DPO's: a variant's own keys win over
     the section's, and a variant without them keeps the section's."""

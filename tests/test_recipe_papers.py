@@ -5,7 +5,8 @@ cannot express yet is a strict xfail that says why. `pytest -s` prints the table
 
 Papers: ../shared/papers/ (async online DPO: Noukhovitch et al., Table 10; M-DPO: Xiong et
 al., section 5 and appendix B of the translated text; PF-PPO: section 5.3 and Table 4;
-Math-Shepherd PRM: the RLHFlow reward-modeling README).
+Math-Shepherd PRM: the RLHFlow reward-modeling README; Dr. GRPO: the training command of the
+understand-r1-zero repository's README, the paper's code).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ ASYNC, GEMMA, MISTRAL = (
     "gpu-mdpo-mistral-7b.yaml",
 )
 PFPPO, PRM = "gpu-pfppo-deepseek-coder-6.7b.yaml", "gpu-prm-math-shepherd-mistral-7b.yaml"
+DRGRPO = "gpu-drgrpo-qwen2.5-math-1.5b.yaml"
 
 # (config key, the paper's value, where the paper says it[, why the workflow cannot say it yet:
 # a known gap, a strict xfail])
@@ -101,6 +103,22 @@ TABLES = {
             "the recipe's data is MBPP (about 370 train problems): no loader for the paper's "
             "Magicoder-OSS-Instruct and evol-codealpaca prompts",
         ),  # fmt: skip
+    ],
+    DRGRPO: [
+        ("policy.base", "Qwen/Qwen2.5-Math-1.5B", "--pretrain Qwen/Qwen2.5-Math-1.5B"),
+        ("online_dpo.policy", "base", "R1-Zero: RL from the base model, no SFT"),
+        ("online_dpo.variants.0.loss", "grpo", "--critic_type drgrpo"),
+        ("online_dpo.variants.0.grpo.scale_rewards", "none", "Dr. GRPO: no std normalisation"),
+        ("online_dpo.variants.0.grpo.aggregation", "dr_grpo", "Dr. GRPO: no length normalisation"),
+        ("online_dpo.variants.0.grpo.beta", 0.0, "--beta 0"),
+        ("online_dpo.lr", 1e-6, "--learning_rate 0.000001"),
+        ("online_dpo.lr_schedule", "constant", "--lr_scheduler constant"),
+        ("online_dpo.samples_per_prompt", 8, "--num_samples 8"),
+        ("online_dpo.temperature", 1.0, "--temperature 1"),
+        ("online_dpo.top_p", 1.0, "--top_p 1"),
+        ("rollout.max_turn_tokens", 3000, "--generate_max_length 3000"),
+        ("rollout.max_total_tokens", 3000, "Dr. GRPO's constant: the generation cap"),
+        ("evaluation.temperature", 0.0, "--eval_temperature 0"),
     ],
     PRM: [
         ("policy.base", "peiyi9979/mistral-7b-sft", "the MetaMath-SFT Mistral-7B generator"),

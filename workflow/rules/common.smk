@@ -130,12 +130,17 @@ SFT_POLICIES = sft_policies(config)
 
 
 def policy_style(policy):
-    """Solution style a policy is prompted with: its SFT policy's (a preference round's: that
-    of the SFT policy its rounds start from), tool use otherwise."""
+    """Solution style a policy is prompted with: that of the policy it trained from, down to
+    an SFT policy's variant or the base's policy.style (a preference round: the SFT policy its
+    rounds start from; an online policy: online_dpo.policy), or PPO's ppo.style."""
+    if policy.startswith("ppo-"):
+        return config["ppo"]["style"]
     if re.fullmatch(r".+-round\d+", policy):
         policy = ROUND0_POLICY
+    elif policy.startswith("online-"):
+        policy = ONLINE["policy"]
     name = policy.removeprefix("sft-")
-    return SFT_POLICIES[name]["style"] if name in SFT_POLICIES else "tool"
+    return SFT_POLICIES[name]["style"] if name in SFT_POLICIES else config["policy"]["style"]
 
 
 def without_key(section, key):

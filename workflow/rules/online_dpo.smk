@@ -15,7 +15,7 @@ wildcard_constraints:
 rule online_dpo:
     input:
         gate=calibration_gate(),
-        model=f"results/models/{ONLINE['policy']}",
+        model=policy_model_input(ONLINE["policy"]),
         train=online_prompts,
         reward_model=bt_reward_model(ONLINE),
     output:
@@ -31,13 +31,14 @@ rule online_dpo:
     threads: online_threads
     params:
         config=config_json("online_dpo", "generation", "rollout", "sandbox", "policy"),
+        model=model_arg,
         style=policy_style(ONLINE["policy"]),
         launch=launcher,
         generator=generator_gpus_arg,
         reward_model=reward_model_arg,
     shell:
         "{params.launch} online-dpo --config-json {params.config} --variant {wildcards.online}"
-        " --model {input.model:q} --train {input.train:q} --style {params.style}"
+        " --model {params.model:q} --train {input.train:q} --style {params.style}"
         " {params.reward_model} {params.generator} --threads {threads} --out {output.model:q}"
         " > {log:q} 2>&1"
 

@@ -33,7 +33,8 @@ WHOLE_POLICY_RULES = {
     "online_dpo": "its generator is sent the main process's whole policy",
 }
 # Rows of one reference forward: sequences.summed_logps and token_logps score in chunks of
-# this many (their batch_size), whatever the rows to score.
+# this many (their batch_size), whatever the rows to score; the online learner in chunks of
+# online_dpo.reference_rows.
 REFERENCE_ROWS = 16
 # The linears of a Llama-style layer, where LoRA puts adapters unless told otherwise (the
 # schema's default lora.target_modules).
@@ -102,6 +103,8 @@ PUBLISHED = {
     "deepseek-ai/deepseek-coder-6.7b-base": Architecture(4096, 32, 32, 32, 11008, 32256, False),
     "realtreetune/rho-1b-sft-GSM8K": Architecture(2048, 22, 32, 4, 5632, 32000, False),
     "smollm2": Architecture(576, 30, 9, 3, 1536, 49152, True),
+    # the Dr. GRPO recipe's: Qwen2.5-1.5B's shape (the model card names it as the base model)
+    "Qwen/Qwen2.5-Math-1.5B": Architecture(1536, 28, 12, 2, 8960, 151936, True),
     # the multi-node PF-PPO recipe's (config/multi-node-pfppo-qwen2.5-14b.yaml)
     "Qwen/Qwen2.5-14B": Architecture(5120, 48, 40, 8, 13824, 152064, False),
 }
@@ -541,8 +544,8 @@ class OnlineLearner:
     micro_batches: int  # a step's: prompts_per_step / micro_batch_prompts, rounded up
     reference_copies: int  # _reference_copies
     reward_model: bool  # reward rm or combined: the BT-RM scores beside the generator
-    # Tokens of the forwards without gradients: the reference's, REFERENCE_ROWS rows at a
-    # time over the step's samples, and PPO's critic values of one micro-batch before the
+    # Tokens of the forwards without gradients: the reference's, online_dpo.reference_rows
+    # rows at a time over the step's samples, and PPO's critic values of one micro-batch before the
     # step's update.
     forward_tokens: int
 
@@ -558,7 +561,7 @@ def online_learner(config: dict) -> OnlineLearner | None:
     k, length = section["samples_per_prompt"], section["max_length"]
     prompts = section["micro_batch_prompts"] or section["prompts_per_step"]
     per_prompt = {v["loss"]: 2 if v["loss"] == "dpo" else k for v in section["variants"]}
-    forward_rows = max(REFERENCE_ROWS, prompts * k if "ppo" in per_prompt else 0)
+    forward_rows = max(section["reference_rows"], prompts * k if "ppo" in per_prompt else 0)
     return OnlineLearner(
         trained=_trained(section, prompts * max(per_prompt.values()), length),
         micro_batches=-(-section["prompts_per_step"] // prompts),

@@ -240,11 +240,12 @@ class Learner:
         return batches
 
     def _reference(self, seqs: list[MaskedSequence], logps: Callable) -> list:
-        """`logps(reference, seqs, pad)` of every sequence, in order: over several processes
-        each scores its contiguous share and every process receives all of them."""
-        pad = self.tokenizer.pad_token_id
+        """`logps(reference, seqs, pad, rows)` of every sequence, in order, in forward passes
+        of online_dpo.reference_rows sequences: over several processes each scores its
+        contiguous share and every process receives all of them."""
+        pad, rows = self.tokenizer.pad_token_id, self.settings.reference_rows
         with self.reference.evaluating() as reference:
-            return gathered_over_processes(lambda part: logps(reference, part, pad), seqs)
+            return gathered_over_processes(lambda part: logps(reference, part, pad, rows), seqs)
 
     def _group_targets(self, rows: list[dict]) -> GroupTargets:
         """The GRPO family's advantages of a step's samples (and which of them train)."""

@@ -22,6 +22,7 @@ class OnlineDPOSettings:
     prompts_per_step: int
     micro_batch_prompts: int  # the config's null resolved: all of a step's prompts
     samples_per_prompt: int  # K
+    reference_rows: int  # sequences per forward pass of the reference's log-probs
     sampling: SamplingParams  # its seed is the run's; each round samples with its own
     beta: float  # DPO beta; Proximal RLOO's and PPO's KL penalty coefficient
     clip: float
@@ -53,6 +54,7 @@ class OnlineDPOSettings:
             prompts_per_step=section["prompts_per_step"],
             micro_batch_prompts=section["micro_batch_prompts"] or section["prompts_per_step"],
             samples_per_prompt=section["samples_per_prompt"],
+            reference_rows=section["reference_rows"],
             sampling=SamplingParams.from_section(section, seed),
             beta=section["beta"],
             clip=section["clip"],
