@@ -226,9 +226,9 @@ def _check_preference(section: dict, tasks: dict, source: str, both_given: bool)
 
 def _check_start_policies(given: set[str], filled: dict, source: str) -> None:
     """Each section the input gives (`given`) with work to do starts from a policy the
-    workflow trains: an SFT policy of sft.variants, or (online, PPO, reward models) the base; so does
-    the calibration. Checked here, a wrong name is one line naming its key, not a KeyError in
-    the DAG's input functions."""
+    workflow trains: an SFT policy of sft.variants, or (online, PPO, reward models) the base;
+    so does the calibration. Checked here, a wrong name is one line naming its key, not a
+    KeyError in the DAG's input functions."""
     sft = [f"sft-{name}" for name in sft_policies(filled)]
     starts = [
         (f"{section}.policy", filled[section]["policy"], allowed)
