@@ -140,7 +140,11 @@ def policy_style(policy):
     elif policy.startswith("online-"):
         policy = ONLINE["policy"]
     name = policy.removeprefix("sft-")
-    return SFT_POLICIES[name]["style"] if name in SFT_POLICIES else config["policy"]["style"]
+    return (
+        SFT_POLICIES[name]["style"]
+        if name in SFT_POLICIES
+        else config["policy"]["style"]
+    )
 
 
 def without_key(section, key):
