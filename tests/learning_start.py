@@ -46,11 +46,10 @@ def learning_config(seed: int) -> dict:
         # a 3-operation program's turn is longer than test.yaml's 96-token cap allows
         "rollout": {"max_turns": 2, "max_turn_tokens": 128, "max_total_tokens": 256},
         "generation": {"batch_size": 64},
-        # the default's PPO as its DAG runs it, and its reward models' settings on the frontier
-        # (the default turns them off; test.yaml names no PPO variant and trains its reward
-        # models on arith)
+        # the default's PPO and reward models as its DAG runs them (test.yaml names no PPO
+        # variant and trains its reward models on arith)
         "ppo": base["ppo"],
-        "reward_models": {**base["reward_models"], "tasks": [FRONTIER]},
+        "reward_models": base["reward_models"],
         # test.yaml's name arith's best-of-N; this file declares its own (`comparisons`)
         "comparisons": {"declared": []},
         "preference": {

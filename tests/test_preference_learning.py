@@ -11,7 +11,7 @@ SFT's problems, from each other and from the test splits), and each is compared 
 start on the frontier band's 400 held-out test problems: paired bootstrap CI and exact
 McNemar p, Holm-adjusted over the ten comparisons of this file, with the easy band's cost
 declared as a non-inferiority comparison beside the gain. PPO rewarded by the verifier
-(issue 18's sanity check of the PPO machinery) and GRPO (issue 48, config.yaml's variant) are
+(issue 18's sanity check of the PPO machinery) and GRPO (issue 48, tables.yaml's variant) are
 two more methods on the same start.
 
 The reward models, search and PF-PPO, nulls at this scale that issue 47 redoes in a
@@ -197,15 +197,15 @@ def headroom(samples_path: Path) -> dict:
 
 def online_training(start: dict, mode: str, bands: tuple[str, ...]) -> dict:
     """One run of ONLINE from the start and its greedy evaluations on `bands`: online DPO in
-    `mode` (sync or async), or, for mode grpo, config.yaml's GRPO variant (its own lr, K and T,
-    async), the one the default DAG runs."""
+    `mode` (sync or async), or, for mode grpo, config/tables.yaml's GRPO variant (its own lr, K
+    and T, async), the one its DAG runs."""
     from reasonrl.stages.online_dpo import online_dpo as run_online
 
     root = start["root"]
     pool = root / "pool-online"  # made by LearningRuns, before the online runs start
     variant = {"name": mode, "mode": mode, "loss": "dpo", "off_policy": 1}
     if mode == "grpo":
-        variant = default_online_variant("grpo")
+        variant = tables_online_variant("grpo")
     online = {**ONLINE, "task": FRONTIER, "temperature": 0.7, "variants": [variant]}
     config = validate_config({**start["config"], "online_dpo": online})
     name = f"online-{mode}"
@@ -219,10 +219,10 @@ def online_training(start: dict, mode: str, bands: tuple[str, ...]) -> dict:
     }
 
 
-def default_online_variant(name: str) -> dict:
-    """The variant `name` of config.yaml's online_dpo, as the default DAG runs it."""
-    default = yaml.safe_load((REPO / "config/config.yaml").read_text())["online_dpo"]
-    return next(v for v in default["variants"] if v["name"] == name)
+def tables_online_variant(name: str) -> dict:
+    """The variant `name` of config/tables.yaml's online_dpo, as its DAG runs it."""
+    tables = yaml.safe_load((REPO / "config/tables.yaml").read_text())["online_dpo"]
+    return next(v for v in tables["variants"] if v["name"] == name)
 
 
 def ppo_training(start: dict) -> dict:
@@ -397,7 +397,7 @@ def test_ppo_with_the_verifier_reward_beats_its_sft_start_on_the_frontier(ppo_ru
 
 def test_grpo_beats_its_sft_start_on_the_frontier(grpo_run, comparisons):
     # Pre-registered from the pilot on a selection split (docs/experiment-design.md, "GRPO on
-    # the frontier", third round): config.yaml's GRPO (lr 1e-4, K 8, T 1.0, beta 0.04, async
+    # the frontier", third round): tables.yaml's GRPO (lr 1e-4, K 8, T 1.0, beta 0.04, async
     # one step off-policy) gained +0.110, +0.100, +0.150 from three SFT starts, every CI above
     # 0 on 100 prompts; the share of tied groups (all right or all wrong) was 0.29-0.37.
     history = grpo_run["history"]

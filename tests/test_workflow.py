@@ -59,7 +59,7 @@ def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(
         "make_task_pool": 4,
         "build_tiny_policy": 1,
         "sft": 1,
-        "evaluate": 15,
+        "evaluate": 13,
         "calibrate": 1,
         "calibration_gate": 1,
         "report": 1,
@@ -72,11 +72,14 @@ def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(
         "evaluate_selection": 4,
         "select_best": 1,
         "preference_table": 1,
-        "online_dpo": 2,
+        "online_dpo": 1,
         "online_dpo_table": 1,
-        # the BT-RM of PPO's R^2 table; the reward models' own block is tables.yaml's
         "sample_rm_data": 1,
-        "train_reward_model": 1,
+        "annotate_prm": 1,
+        "train_reward_model": 3,
+        "best_of_n": 1,
+        "hgs_search": 1,
+        "reward_tables": 1,
         "ppo_r2": 1,
         "ppo": 1,
         "ppo_table": 1,
@@ -85,7 +88,6 @@ def test_default_dag_runs_every_method_on_the_frontier_and_evaluates_both_bands(
     jobs = dry_run_jobs(result)
     evaluations = {job["wildcards"] for job in jobs if job["rule"] == "evaluate"}
     policies = ("base", "sft-tool", "mdpo-round1", "mdpo-round2", "mdpo-round3", "online-async")
-    policies += ("online-grpo",)
     both_bands = {f"policy={p}, task={t}" for p in policies for t in ("arith", "arith3")}
     assert evaluations == both_bands | {"policy=ppo-oracle, task=arith3"}
     # only the calibration's policy samples (evaluation.sampled_policies); the rest is greedy
@@ -208,6 +210,28 @@ def test_tables_starts_from_the_defaults_sft_policy(snakemake):
         assert inputs_and_config(tables[name]) == inputs_and_config(job), name
 
 
+def test_tables_runs_grpo_sync_and_async_at_its_own_lr_k_and_temperature(snakemake):
+    """tables.yaml's GRPO variants set lr, K and T apart from online DPO's (the section's),
+    and its comparisons declare GRPO's claims."""
+    from reasonrl.stages.online_dpo import variant_section
+
+    jobs = dry_run_jobs(
+        snakemake("-n", "-p", "--configfile", "config/config.yaml", "config/tables.yaml")
+    )
+    online = {j["wildcards"]: cli_config(j) for j in jobs if j["rule"] == "online_dpo"}
+    assert set(online) == {f"online={n}" for n in ("sync", "async", "grpo-sync", "grpo")}
+    settings = {
+        name: {k: variant_section(config, name)[k] for k in ("lr", "samples_per_prompt", "mode")}
+        for name, config in ((w.removeprefix("online="), c) for w, c in online.items())
+    }
+    assert settings["grpo"] == {"lr": 1e-4, "samples_per_prompt": 8, "mode": "async"}
+    assert settings["grpo-sync"] == {**settings["grpo"], "mode": "sync"}
+    assert settings["async"] == {"lr": 1e-5, "samples_per_prompt": 4, "mode": "async"}
+    [report] = [job for job in jobs if job["rule"] == "report"]
+    declared = {c["name"] for c in cli_config(report)["comparisons"]["declared"]}
+    assert {"grpo_vs_sft", "grpo_easy_cost", "async_grpo_vs_sync"} <= declared
+
+
 def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path):
     config = tmp_path / "hub.yaml"
     config.write_text(f"policy:\n  base: {HUB_ID}\n")
@@ -245,7 +269,7 @@ def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snake
 
 
 @pytest.mark.parametrize(
-    ("base", "task"), [("config/tables.yaml", "arith3"), ("config/test.yaml", "arith")]
+    ("base", "task"), [("config/config.yaml", "arith3"), ("config/test.yaml", "arith")]
 )
 def test_search_comparisons_feed_the_report_their_files_and_add_no_job(
     snakemake, tmp_path, base, task
