@@ -243,6 +243,9 @@ def test_the_online_learner_is_planned_per_micro_batch():
     config["online_dpo"]["variants"][-1].update(name="ppo", loss="ppo")
     ppo = learner(32)  # 128 sequences of K = 4, in training and in the critic's pass
     assert ppo.activations == pytest.approx(2 * micro.activations) and ppo.other > micro.other
+    config["online_dpo"]["variants"][-1].update(samples_per_prompt=8)  # its own K
+    assert learner(32).activations == pytest.approx(2 * ppo.activations)
+    assert learner(32).other > ppo.other  # the critic's pass of 256 sequences
     for scorer in (summed_logps, token_logps):
         assert inspect.signature(scorer).parameters["batch_size"].default == mp.REFERENCE_ROWS
 

@@ -558,12 +558,19 @@ def online_learner(config: dict) -> OnlineLearner | None:
     section = config["online_dpo"]
     if not section["variants"]:
         return None
-    k, length = section["samples_per_prompt"], section["max_length"]
+    length = section["max_length"]
     prompts = section["micro_batch_prompts"] or section["prompts_per_step"]
-    per_prompt = {v["loss"]: 2 if v["loss"] == "dpo" else k for v in section["variants"]}
-    forward_rows = max(section["reference_rows"], prompts * k if "ppo" in per_prompt else 0)
+
+    def per_prompt(variant: dict) -> int:
+        """A prompt's sequences in the variant's loss: best and worst (DPO), else its K."""
+        k = variant.get("samples_per_prompt", section["samples_per_prompt"])
+        return 2 if variant["loss"] == "dpo" else k
+
+    variants = section["variants"]
+    critic_rows = max((prompts * per_prompt(v) for v in variants if v["loss"] == "ppo"), default=0)
+    forward_rows = max(section["reference_rows"], critic_rows)
     return OnlineLearner(
-        trained=_trained(section, prompts * max(per_prompt.values()), length),
+        trained=_trained(section, prompts * max(map(per_prompt, variants)), length),
         micro_batches=-(-section["prompts_per_step"] // prompts),
         reference_copies=_reference_copies(section),
         reward_model=section["reward"] != "oracle",
