@@ -240,6 +240,14 @@ def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path)
     base_eval = next(j for j in jobs if j["rule"] == "evaluate" and "policy=base" in j["wildcards"])
     assert f"--model {HUB_ID} " in base_eval["shell"]
     assert all(f"--model {HUB_ID} " in j["shell"] for j in jobs if j["rule"] == "sft")
+    # PPO and the online learner from the hub's base: its id, where no rule makes a folder
+    config.write_text(
+        f"policy:\n  base: {HUB_ID}\nppo: {{policy: base}}\nonline_dpo: {{policy: base}}\n"
+    )
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", str(config)))
+    starts = [j for j in jobs if j["rule"] in ("ppo_r2", "ppo", "online_dpo")]
+    assert {j["rule"] for j in starts} == {"ppo_r2", "ppo", "online_dpo"}
+    assert all(f"--model {HUB_ID} " in j["shell"] for j in starts), starts
 
 
 def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snakemake, tmp_path):

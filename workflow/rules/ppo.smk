@@ -45,9 +45,10 @@ rule ppo_r2:
             "tasks",
             task=PPO["task"],
         ),
+        model=model_arg,
         out_dir=subpath(output.manifest, parent=True),
     shell:
-        "reasonrl ppo-r2 --config-json {params.config} --model {input.model:q}"
+        "reasonrl ppo-r2 --config-json {params.config} --model {params.model:q}"
         " --reward-model {input.reward_model:q} --problems {input.problems:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
@@ -80,12 +81,13 @@ rule ppo:
             "tasks",
             task=PPO["task"],
         ),
+        model=model_arg,
         reward_model=reward_model_arg,
         launch=launcher,
         generator=generator_gpus_arg,
     shell:
         "{params.launch} ppo --config-json {params.config} --variant {wildcards.ppo_variant}"
-        " --model {input.model:q} {params.reward_model} --problems {input.problems:q}"
+        " --model {params.model:q} {params.reward_model} --problems {input.problems:q}"
         " {params.generator} --out {output:q} > {log:q} 2>&1"
 
 
