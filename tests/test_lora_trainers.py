@@ -364,9 +364,9 @@ def test_lora_online_ppo_trains_the_adapters_and_value_head_and_saves_a_plain_fo
     policy, train = folder / "policy", str(folder / "train.jsonl")
     start, token_logps, checked = load_policy(policy)[0].eval(), learner.token_logps, []
 
-    def compared(model, seqs, pad_id):
-        got = token_logps(model, seqs, pad_id)
-        for row, want in zip(got, token_logps(start, seqs, pad_id), strict=True):
+    def compared(model, seqs, pad_id, batch_size):
+        got = token_logps(model, seqs, pad_id, batch_size)
+        for row, want in zip(got, token_logps(start, seqs, pad_id, batch_size), strict=True):
             torch.testing.assert_close(torch.tensor(row), torch.tensor(want), atol=1e-5, rtol=0)
         checked.append(len(got))
         return got
