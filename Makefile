@@ -31,6 +31,11 @@ test: setup
 test-verification: setup
 	$(BIN)/python -m pytest -ra tests/test_verification_learning.py
 
+# GRPO's learning tests (about 25 min alone), outside `make test`: in the learning lane its run
+# took CI past 60 minutes (tests/test_grpo_learning.py).
+test-grpo: setup
+	$(BIN)/python -m pytest -ra tests/test_grpo_learning.py
+
 # The SFT start's second seed (about 10 min alone), outside `make test`: every method of the
 # learning tests trains from the first seed's.
 test-seeds: setup

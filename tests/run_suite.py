@@ -35,10 +35,11 @@ from isolation import default_signals
 
 REPO = Path(__file__).resolve().parents[1]
 LEARNING = "tests/test_preference_learning.py"
-# Outside `make test`: the verification nulls' learning runs (`make test-verification`) and
-# the SFT start's second seed (`make test-seeds`)
+# Outside `make test`: the verification nulls' learning runs (`make test-verification`), the
+# SFT start's second seed (`make test-seeds`) and GRPO's learning run (`make test-grpo`)
 VERIFICATION = "tests/test_verification_learning.py"
 SEEDS = "tests/test_sft_seeds.py"
+GRPO = "tests/test_grpo_learning.py"
 # The niceness of the learning tests (and of everything they start): at 10 a busy process of
 # normal priority gets about 90 % of a core they share.
 LEARNING_NICENESS = 10
@@ -129,7 +130,7 @@ def main() -> int:
     # the learning run's cache off: two runs writing .pytest_cache at once would lose one's
     learning = [*PYTEST, "-p", "no:cacheprovider", "--durations=15", LEARNING]
     before = ["make", "lint", "test-deps", "vllm"]
-    ignored = [f"--ignore={module}" for module in (LEARNING, VERIFICATION, SEEDS)]
+    ignored = [f"--ignore={module}" for module in (LEARNING, VERIFICATION, SEEDS, GRPO)]
     rest = [*PYTEST, "--durations=30", *ignored]
     started, cpu = time.monotonic(), machine_cpu_seconds()
     status = run_beside(learning, before, rest, LEARNING_NICENESS)

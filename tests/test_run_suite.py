@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from run_suite import (
+    GRPO,
     LEARNING,
     REPO,
     SEEDS,
@@ -117,13 +118,15 @@ def test_the_verification_nulls_and_the_second_seed_run_in_their_own_targets_not
     makefile = (REPO / "Makefile").read_text()
     assert f"test-verification: setup\n\t$(BIN)/python -m pytest -ra {VERIFICATION}\n" in makefile
     assert f"test-seeds: setup\n\t$(BIN)/python -m pytest -ra {SEEDS}\n" in makefile
+    assert f"test-grpo: setup\n\t$(BIN)/python -m pytest -ra {GRPO}\n" in makefile
     commands = []
     monkeypatch.setattr("run_suite.signal.signal", lambda *_: None)  # main's SIGTERM handler
     monkeypatch.setattr("run_suite.run_beside", lambda *args: commands.append(args) or 0)
     assert main() == 0
     [(learning, _, rest, _)] = commands
-    assert learning[-1] == LEARNING and VERIFICATION not in learning and SEEDS not in learning
-    for module in (LEARNING, VERIFICATION, SEEDS):
+    assert learning[-1] == LEARNING
+    assert not {VERIFICATION, SEEDS, GRPO} & set(learning)
+    for module in (LEARNING, VERIFICATION, SEEDS, GRPO):
         assert f"--ignore={module}" in rest
 
 
