@@ -219,8 +219,9 @@ def online_training(start: dict, mode: str, bands: tuple[str, ...]) -> dict:
 
 def tables_online_variant(name: str) -> dict:
     """The variant `name` of config/tables.yaml's online_dpo, as its DAG runs it."""
-    tables = yaml.safe_load((REPO / "config/tables.yaml").read_text())["online_dpo"]
-    return next(v for v in tables["variants"] if v["name"] == name)
+    from reasonrl.stages.online_dpo import online_variant
+
+    return online_variant(yaml.safe_load((REPO / "config/tables.yaml").read_text()), name)
 
 
 def ppo_training(start: dict) -> dict:
