@@ -12,7 +12,7 @@ CONFIG ?= config/config.yaml
 # Rules call the `reasonrl` command, which lives in the venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run readme test test-verification test-seeds lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench gpu-check
+.PHONY: run readme readme-tables test test-verification test-seeds lint dag layers clean setup sandbox graphviz slurm-profile test-deps vllm bench gpu-check
 
 run: setup
 	$(BIN)/snakemake --profile profiles/local --cores all --configfile $(CONFIG)
@@ -20,6 +20,12 @@ run: setup
 # The README's results section, rewritten from the last run's results/report/.
 readme: setup
 	$(BIN)/reasonrl readme --config $(CONFIG)
+
+# The README's section for config/tables.yaml, from the report of the last run of
+# `make run CONFIG="config/config.yaml config/tables.yaml"`: refused if that folder holds
+# another config's run.
+readme-tables: setup
+	$(BIN)/reasonrl readme --section tables --configfile config/tables.yaml
 
 # Lint, the test dependencies and the suite; the learning tests start first, at a lower CPU
 # priority, and run beside the rest (tests/run_suite.py says why).

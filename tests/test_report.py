@@ -329,9 +329,53 @@ def test_readme_section_of_a_folder_without_a_run_says_to_run_it(tmp_path):
 
 
 def test_the_readme_holds_one_results_section_that_make_readme_writes():
-    from reasonrl.stages.report import BEGIN, END
+    from reasonrl.stages.report import README_SECTIONS
 
     lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
-    assert lines.count(BEGIN) == 1 and lines.count(END) == 1
+    for section in README_SECTIONS.values():
+        assert lines.count(section.begin) == 1 and lines.count(section.end) == 1
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
     assert "readme: setup\n\t$(BIN)/reasonrl readme --config $(CONFIG)\n" in makefile
+    tables = "\t$(BIN)/reasonrl readme --section tables --configfile config/tables.yaml\n"
+    assert "readme-tables: setup\n" + tables in makefile
+
+
+def test_readme_section_refuses_a_report_of_another_configs_run(report_dir):
+    """`make readme-tables` after a default run would put the default's numbers under the
+    tables' heading: the report's comparisons must be the config's declared ones."""
+    from reasonrl.stages.report import results_section
+
+    section = results_section(report_dir, 0.05, declared=["cost", "gain", "null"])
+    assert "| gain |" in section
+    message = r"comparisons.json: not the run of this config \(declared but not reported:"
+    message += r" \['grpo_vs_sft'\]; reported but not declared: \['cost'\]\)"
+    with pytest.raises(ReasonRLError, match=message):
+        results_section(report_dir, 0.05, declared=["gain", "null", "grpo_vs_sft"])
+
+
+def test_each_readme_section_is_written_between_its_own_markers_by_its_own_command(
+    report_dir, tmp_path
+):
+    from reasonrl.stages.report import README_SECTIONS, results_section, update_readme
+
+    default, tables = README_SECTIONS["default"], README_SECTIONS["tables"]
+    readme = tmp_path / "README.md"
+    text = f"{default.begin}\nold default\n{default.end}\n\n{tables.begin}\nold\n{tables.end}\n"
+    readme.write_text(text)
+    section = results_section(report_dir, 0.05, command=tables.command)
+    assert section.startswith(f"Generated from `{report_dir.as_posix()}/` by `make readme-tables`")
+    with pytest.raises(ReasonRLError, match=r"README.md:5: .* run `make readme-tables`"):
+        update_readme(readme, section, check=True, markers=tables)
+    assert update_readme(readme, section, markers=tables) is True
+    written = readme.read_text()
+    assert written.startswith(f"{default.begin}\nold default\n{default.end}\n")  # kept
+    assert written.endswith(f"{tables.begin}\n\n{section}\n{tables.end}\n")
+
+
+def test_the_readme_commands_section_choices_are_the_sections():
+    from reasonrl.cli import _parser
+    from reasonrl.stages.report import README_SECTIONS
+
+    readme = _parser()._subparsers._group_actions[0].choices["readme"]
+    section = next(action for action in readme._actions if action.dest == "section")
+    assert set(section.choices) == set(README_SECTIONS)

@@ -96,11 +96,22 @@ def report(args: argparse.Namespace, config: dict) -> None:
 
 
 def readme(args: argparse.Namespace, config: dict) -> None:
-    from reasonrl.stages.report import results_section, update_readme
+    from reasonrl.config import load_workflow_config
+    from reasonrl.stages.report import README_SECTIONS, results_section, update_readme
 
-    section = results_section(args.report_dir, config["comparisons"]["alpha"])
-    changed = update_readme(args.readme, section, check=args.check)
-    log.info("%s: results section %s", args.readme, "rewritten" if changed else "up to date")
+    if args.configfile:
+        config = load_workflow_config(args.configfile)
+    markers = README_SECTIONS[args.section]
+    comparisons = config["comparisons"]
+    declared = [item["name"] for item in comparisons["declared"]]
+    section = results_section(args.report_dir, comparisons["alpha"], markers.command, declared)
+    changed = update_readme(args.readme, section, check=args.check, markers=markers)
+    log.info(
+        "%s: %s results section %s",
+        args.readme,
+        args.section,
+        "rewritten" if changed else "up to date",
+    )
 
 
 def report_pages(args: argparse.Namespace, config: dict) -> None:
@@ -423,8 +434,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--calibration", help="calibrate's calibration.json (a table in the summary)")
     p.add_argument("--out-dir", required=True)
-    p = stage("readme", readme, "the README's results section, from results/report/")
+    p = stage("readme", readme, "a README results section, from its run's results/report/")
     p.add_argument("--report-dir", default="results/report", help="the run's report folder")
+    p.add_argument(
+        "--section",
+        choices=["default", "tables"],
+        default="default",
+        help="which run's section: the default's or config/tables.yaml's",
+    )
+    p.add_argument(
+        "--configfile",
+        action="append",
+        default=[],
+        help="as snakemake's, onto config/config.yaml: the config of the section's run",
+    )
     p.add_argument("--readme", default="README.md", help="the file holding the section's markers")
     p.add_argument("--check", action="store_true", help="write nothing; fail if it differs")
     p = stage("report-pages", report_pages, "result tables as HTML, best-of-N and round curves")
