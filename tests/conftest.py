@@ -59,6 +59,38 @@ def tiny_policy(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_shaped_backbone(tmp_path_factory) -> Path:
+    """A 2-layer, 32-wide Llama with the bundled SmolLM2-135M-Instruct's tokenizer and chat
+    template: a reward-model backbone that reads the tiny policy's trajectories with a
+    tokenizer and template other than the policy's (SmolLM2's own weights train at ~20 s a
+    step on this machine's CPU; the tokenizer and template are what the plumbing reads)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from reasonrl.models import smollm2_gguf_path
+
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("smollm2-shaped")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def test_run(snakemake, tmp_path_factory) -> Path:
     """config/test.yaml run to the end locally in a fresh directory (the repo's results/
     untouched). One run per session: the SLURM and container tests compare with it."""

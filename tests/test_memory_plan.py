@@ -8,6 +8,7 @@ import inspect
 import json
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -331,6 +332,85 @@ def test_a_local_folders_config_json_gives_the_architecture(tmp_path):
     )
     with pytest.raises(ReasonRLError, match="no architecture for 'someone/unknown-7b'"):
         mp.architecture(validate_config({"policy": {"base": "someone/unknown-7b"}}))
+
+
+def test_the_reward_models_architecture_is_their_bases(tmp_path):
+    """reward_models.base `policy` is the policy's architecture; any other base resolves as
+    policy.base does: the published table, a local folder's config.json, else one line."""
+    config = validate_config({})
+    assert config["reward_models"]["base"] == "policy"
+    assert mp.rm_architecture(config) == mp.architecture(config)
+    config["reward_models"]["base"] = "smollm2"
+    smollm2 = mp.rm_architecture(config)
+    assert smollm2 == replace(mp.PUBLISHED["smollm2"], source="published config of smollm2")
+    hf = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 500,
+        "tie_word_embeddings": True,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    config["reward_models"]["base"] = str(tmp_path)
+    assert mp.rm_architecture(config) == mp.from_hf_config(hf, str(tmp_path / "config.json"))
+    config["reward_models"]["base"] = "someone/unknown-7b"
+    error = r"^config key 'reward_models.base': no architecture for 'someone/unknown-7b' \("
+    with pytest.raises(ReasonRLError, match=error):
+        mp.rm_architecture(config)
+
+
+def _plans_by_rm_base(config: dict, base: str) -> dict[str, mp.RulePlan]:
+    config["reward_models"]["base"] = base
+    return {p.rule: p for p in mp.plan_config(config, _capacity_placements())}
+
+
+def test_reward_models_on_a_base_of_their_own_are_trained_and_score_with_its_architecture():
+    """The PRM recipe's reward models on SmolLM2: train_reward_model's model states and
+    activations are SmolLM2's, best-of-N's three frozen scorers (BT, ORM, PRM) are, and the
+    rules of the policy alone (its SFT, sampling, annotation) are unchanged."""
+    config = load_workflow_config([str(REPO / "config/gpu-prm-math-shepherd-mistral-7b.yaml")])
+    policy, small = _plans_by_rm_base(config, "policy"), _plans_by_rm_base(config, "smollm2")
+    smollm2, mistral = mp.PUBLISHED["smollm2"], mp.architecture(config)
+    train = config["reward_models"]["train"]
+    trained = mp.Trained(
+        train["precision"],
+        2 * train["batch_size"],
+        train["max_length"],
+        checkpointing=train["gradient_checkpointing"],
+    )
+    rm = small["train_reward_model"]
+    assert (rm.zero, rm.gpus) == (3, 8)
+    assert (rm.params, rm.grads, rm.optimizer) == mp.model_state_bytes(smollm2, trained, 2, 3, 8)
+    assert rm.activations == mp.activation_bytes(smollm2, trained, 2)
+    assert rm.params == smollm2.params() * 2 / 8 != policy["train_reward_model"].params
+    for rule in ("best_of_n", "best_of_n_part"):
+        change = 3 * (smollm2.params() - mistral.params()) * 2  # bfloat16
+        assert small[rule].other - policy[rule].other == pytest.approx(change), rule
+    for rule in ("sft", "evaluate", "sample_rm_data", "annotate_prm"):
+        assert small[rule] == policy[rule], rule
+
+
+@pytest.mark.parametrize(
+    ("recipe", "rules"),
+    [
+        ("gpu-pfppo-deepseek-coder-6.7b.yaml", ("ppo_r2", "ppo")),
+        ("gpu-async-dpo-rho-1b.yaml", ("online_dpo",)),
+    ],
+)
+def test_the_ppo_and_online_bt_rm_is_frozen_with_the_reward_models_architecture(recipe, rules):
+    """The BT-RM that rewards PPO (and scores its R2 samples) and the online learner is one
+    frozen model of reward_models.base, sharded under ZeRO-3 as the learner's other frozen
+    models are; the policy's reference and critic keep the policy's architecture."""
+    config = load_workflow_config([str(REPO / "config" / recipe)])
+    config["online_dpo"]["reward"] = "rm"  # the online recipe's oracle: no RM to size
+    policy, small = _plans_by_rm_base(config, "policy"), _plans_by_rm_base(config, "smollm2")
+    change = (mp.PUBLISHED["smollm2"].params() - mp.architecture(config).params()) * 2
+    for rule in rules:
+        shards = small[rule].gpus if small[rule].zero == 3 else 1
+        assert small[rule].other - policy[rule].other == pytest.approx(change / shards), rule
+        assert small[rule].params == policy[rule].params, rule  # the policy (and critic)
 
 
 def test_launched_rules_are_the_rules_with_the_launcher():

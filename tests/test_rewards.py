@@ -627,6 +627,44 @@ def test_train_reward_model_writes_model_metrics_and_heldout(
     assert not list(tmp_path.glob(".*.ckpt")), "checkpoints left behind"
 
 
+def test_reward_models_on_a_backbone_of_their_own_read_the_policys_samples_as_text(
+    smollm2_shaped_backbone, tiny_policy, rm_inputs, tmp_path
+):
+    """reward_models.base other than the policy: every kind trains from that backbone and
+    keeps its tokenizer and chat template, and best-of-N's and PPO's scorers read the
+    policy's samples (and the PRM their steps) as text through them."""
+    from reasonrl.models import load_tokenizer
+    from reasonrl.rewards.reranking import score_samples
+    from reasonrl.rewards.sequence import SequenceScorer
+    from reasonrl.rewards.settings import RewardModelSettings
+
+    backbone, policy = load_tokenizer(smollm2_shaped_backbone), load_tokenizer(tiny_policy)
+    assert len(backbone) == 49152 != len(policy)
+    folders = {}
+    for kind in ("bt", "orm", "prm"):
+        data = rm_inputs / ("prm.jsonl" if kind == "prm" else "samples.jsonl")
+        out = tmp_path / f"model-{kind}"
+        metrics = run_train_reward_model(
+            rm_config(), kind, str(smollm2_shaped_backbone), str(rm_inputs / "problems.jsonl"),
+            str(data), str(out),
+        )  # fmt: skip
+        assert metrics["steps"] == 3 and math.isfinite(metrics["final_loss"])
+        tokenizer = load_tokenizer(out)
+        assert tokenizer.get_vocab() == backbone.get_vocab()
+        assert "SmolLM" in tokenizer.chat_template and "SmolLM" not in policy.chat_template
+        folders[kind] = str(out)
+    rows = read_jsonl(rm_inputs / "samples.jsonl")
+    problems = {p["id"]: p for p in read_jsonl(rm_inputs / "problems.jsonl")}
+    settings = RewardModelSettings.from_section(rm_config()["reward_models"], 0)
+    scored = score_samples(settings, "float32", problems, rows, folders)
+    expected = {"bt", "orm", "prm-min", "prm-mean", "prm-last"}
+    assert all(set(s["scores"]) == expected for s in scored)
+    assert all(math.isfinite(v) for s in scored for v in s["scores"].values())
+    values, passes = SequenceScorer("rm", folders["bt"], "float32", "ppo.reward")(rows)
+    assert passes == len(rows) and all(math.isfinite(v) for v in values)
+    assert values == pytest.approx([s["scores"]["bt"] for s in scored], abs=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["bt", "orm", "prm"])
 def test_reward_model_epochs_and_global_batch_set_its_steps_from_its_training_rows(
     tiny_policy, rm_inputs, tmp_path, kind

@@ -250,6 +250,32 @@ def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path)
     assert all(f"--model {HUB_ID} " in j["shell"] for j in starts), starts
 
 
+@pytest.mark.parametrize(
+    ("policy_base", "rm_base", "converted", "model"),
+    [
+        ("tiny", "policy", False, "results/models/sft-tool"),
+        ("tiny", "smollm2", True, "results/rm/base-smollm2"),
+        ("smollm2", "smollm2", False, "results/models/base"),
+        ("tiny", HUB_ID, False, HUB_ID),
+    ],
+)
+def test_reward_models_start_from_reward_models_base_while_the_policy_samples(
+    snakemake, tmp_path, policy_base, rm_base, converted, model
+):
+    """reward_models.base picks the reward models' start: the policy's weights (today's), the
+    bundled SmolLM2 (converted by a rule of its own, unless the policy's base is SmolLM2), or
+    a hub id no rule makes; their data are still sampled by the policy."""
+    config = tmp_path / "rm.yaml"
+    config.write_text(f"policy: {{base: {policy_base}}}\nreward_models: {{base: {rm_base}}}\n")
+    jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", "config/config.yaml", str(config)))
+    rules = Counter(job["rule"] for job in jobs)
+    assert rules["convert_rm_smollm2"] == int(converted)
+    trained = [job for job in jobs if job["rule"] == "train_reward_model"]
+    assert len(trained) == 3 and all(f"--model {model} " in j["shell"] for j in trained)
+    [samples] = [job for job in jobs if job["rule"] == "sample_rm_data"]
+    assert "--model results/models/sft-tool " in samples["shell"]
+
+
 def test_an_sft_entry_trains_its_own_tasks_and_feeds_a_tasks_reward_models(snakemake, tmp_path):
     extra = tmp_path / "code.yaml"
     extra.write_text(

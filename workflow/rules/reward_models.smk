@@ -1,4 +1,5 @@
-# Reward models on the SFT policy (reward_models.policy): SFT samples of train prompts ->
+# Reward models on the SFT policy (reward_models.policy), started from its weights or from
+# reward_models.base: SFT samples of train prompts ->
 # Bradley-Terry RM and ORM; Math-Shepherd annotation (math) or AST mutants (code) -> PRM
 # (per task, or with reward_models.pooled one of each on the union of the tasks' data);
 # then best-of-N reranking and HGS-PRM decoding on the test split, and their tables.
@@ -144,9 +145,29 @@ rule mutate_code_prm:
         " --problems {input.problems:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
+if rm_converts_smollm2():
+
+    rule convert_rm_smollm2:
+        output:
+            directory(RM_SMOLLM2_DIR),
+        log:
+            "logs/rm/base-smollm2.log",
+        benchmark:
+            "benchmarks/rm/base-smollm2.tsv"
+        conda:
+            CONDA_ENV
+        container:
+            rule_container("convert_rm_smollm2")
+        threads: torch_threads
+        params:
+            config=config_json("policy"),
+        shell:
+            "reasonrl convert-gguf --config-json {params.config} --out {output:q} > {log:q} 2>&1"
+
+
 rule train_reward_model:
     input:
-        model=rm_policy_model,
+        model=rm_backbone_model,
         problems=rm_training_problems,
         data=rm_training_data,
     output:
@@ -163,9 +184,10 @@ rule train_reward_model:
     params:
         config=config_json("reward_models", "policy"),
         launch=launcher,
+        model=rm_backbone_arg,
     shell:
         "{params.launch} train-reward-model --config-json {params.config} --kind {wildcards.kind}"
-        " --model {input.model:q} --problems {input.problems:q} --data {input.data:q}"
+        " --model {params.model:q} --problems {input.problems:q} --data {input.data:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 

@@ -38,6 +38,9 @@ for the tiny policy (fp32, bf16, checkpointed).
 
 Architectures come from a local model folder's config.json when there is one, else from the
 published configurations of the models the recipes name (PUBLISHED); nothing is downloaded.
+The reward models have their own (reward_models.base: the policy's unless it names another
+model), trained in train_reward_model and frozen where they score (best-of-N, HGS, PPO's R2
+and the PPO and online learners' BT-RM reward).
 """
 
 from reasonrl.memory_plan.checks import (
@@ -69,6 +72,7 @@ from reasonrl.memory_plan.plan import (
     Trained,
     activation_bytes,
     architecture,
+    base_architecture,
     buffer_rows,
     from_hf_config,
     learner_gpus_per_node,
@@ -79,6 +83,7 @@ from reasonrl.memory_plan.plan import (
     plan_rows,
     ppo_learner,
     profile_placements,
+    rm_architecture,
     saved_activation_bytes,
 )
 
@@ -102,6 +107,7 @@ __all__ = [
     "Trained",
     "activation_bytes",
     "architecture",
+    "base_architecture",
     "buffer_rows",
     "buffer_steps_message",
     "check_fits",
@@ -119,5 +125,6 @@ __all__ = [
     "plan_rows",
     "ppo_learner",
     "profile_placements",
+    "rm_architecture",
     "saved_activation_bytes",
 ]

@@ -111,9 +111,23 @@ PUBLISHED = {
 
 
 def architecture(config: dict) -> Architecture:
-    """The policy's architecture: the tiny policy's config, a local folder's config.json, or
-    the published table; a hub id it does not know is a one-line error."""
-    base = config["policy"]["base"]
+    """The policy's architecture (policy.base)."""
+    return base_architecture(config["policy"]["base"], config, "policy.base")
+
+
+def rm_architecture(config: dict) -> Architecture:
+    """The reward models' architecture: the policy's under reward_models.base `policy`, else
+    that base's, resolved as policy.base is (so `tiny` is policy.tiny's shape)."""
+    base = config["reward_models"]["base"]
+    if base == "policy":
+        return architecture(config)
+    return base_architecture(base, config, "reward_models.base")
+
+
+def base_architecture(base: str, config: dict, key: str) -> Architecture:
+    """The architecture of model `base`: the tiny policy's config (policy.tiny), a local
+    folder's config.json, or the published table; a hub id it does not know is a one-line
+    error naming config key `key`."""
     if base == "tiny":
         t = config["policy"]["tiny"]
         shape = (t["hidden_size"], t["num_layers"], t["num_heads"], t["num_kv_heads"])
@@ -126,7 +140,7 @@ def architecture(config: dict) -> Architecture:
     if base in PUBLISHED:
         return replace(PUBLISHED[base], source=f"published config of {base}")
     raise ReasonRLError(
-        f"config key 'policy.base': no architecture for '{base}' (not a local folder with"
+        f"config key '{key}': no architecture for '{base}' (not a local folder with"
         " config.json, nor in reasonrl.memory_plan.PUBLISHED)"
     )
 
@@ -158,11 +172,12 @@ class Trained:
     checkpointing: bool = False
     lora_targets: tuple[str, ...] = LORA_TARGETS  # the linears with adapters
     quantized: bool = False  # QLoRA: the base's decoder linears in 4-bit NormalFloat
+    reward_model: bool = False  # of the reward models' architecture, not the policy's
 
 
 @dataclass(frozen=True)
 class RuleSpec:
-    """What one rule holds on its GPUs: trained models, frozen copies, a generator. Not
+    """What one rule holds on its GPUs: trained models, frozen models, a generator. Not
     counted: host memory (a job's mem_mb: e.g. each PPO process loads its policy, reference,
     RM and critic trunk on the CPU before they reach its GPU, docs/cluster.md sizes it), and, for
     PPO, the policy gathered whole outside a step (keep_if_best, restore_best and
@@ -171,7 +186,8 @@ class RuleSpec:
 
     rule: str
     trained: list[Trained]
-    frozen: int = 0  # frozen copies of the policy (reference, reward models)
+    frozen: int = 0  # frozen copies of the policy (reference)
+    frozen_rm: int = 0  # frozen reward models, of the reward models' architecture
     gathered: int = 0  # trained models gathered whole beside their ZeRO-3 shards (sampling)
     # ... where the generator has a GPU of its own: those gathered whole to be sent to it
     # (LoRA's merged weights; a plain policy goes one parameter at a time)
@@ -288,32 +304,48 @@ def activation_bytes(arch: Architecture, t: Trained, weight_bytes: int) -> float
     return saved_activation_bytes(arch, t, weight_bytes) + t.sequences * t.length * transient
 
 
-def plan_rule(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) -> RulePlan:
+def plan_rule(
+    spec: RuleSpec,
+    arch: Architecture,
+    config: dict,
+    place: Placement,
+    rm_arch: Architecture | None = None,
+) -> RulePlan:
     """The memory of `spec` per GPU under `place`, with the GPUs it needs (None: more than 64
-    or a rule that uses one GPU only)."""
-    plan = _plan(spec, arch, config, place)
+    or a rule that uses one GPU only); `arch` is the policy's, `rm_arch` the reward models'
+    (None: the policy's)."""
+    plan = _plan(spec, arch, config, place, rm_arch)
     needed = None
     for n in range(1, 65) if place.launched and spec.trained else [1]:
-        if _plan(spec, arch, config, replace(place, gpus=n)).fits:
+        if _plan(spec, arch, config, replace(place, gpus=n), rm_arch).fits:
             needed = n
             break
     plan.gpus_needed = needed
     return plan
 
 
-def _plan(spec: RuleSpec, arch: Architecture, config: dict, place: Placement) -> RulePlan:
+def _plan(
+    spec: RuleSpec,
+    arch: Architecture,
+    config: dict,
+    place: Placement,
+    rm_arch: Architecture | None = None,
+) -> RulePlan:
     weight_b = _dtype_bytes(config)
+    rm_arch = rm_arch or arch
     # Only a launched training rule spreads over its GPUs; the others use one.
     n = place.gpus if place.launched and spec.trained else min(place.gpus, 1)
     zero = place.zero if place.launched and n > 1 else 0
     params = grads = optim = acts = 0.0
     for t in spec.trained:
-        p, g, o = model_state_bytes(arch, t, weight_b, zero, n)
+        model = rm_arch if t.reward_model else arch
+        p, g, o = model_state_bytes(model, t, weight_b, zero, n)
         params, grads, optim = params + p, grads + g, optim + o
-        acts += activation_bytes(arch, t, weight_b)
+        acts += activation_bytes(model, t, weight_b)
     # A trained rule's generator with a GPU of its own holds the engine there, not here.
     own = place.generator_own_gpu and bool(spec.trained)
-    frozen = spec.frozen * arch.params() * weight_b / (n if zero >= 3 else 1)
+    frozen_params = spec.frozen * arch.params() + spec.frozen_rm * rm_arch.params()
+    frozen = frozen_params * weight_b / (n if zero >= 3 else 1)
     if zero >= 3:
         frozen += (spec.sent_whole if own else spec.gathered) * arch.params() * weight_b
     e = 2 if weight_b == 2 else 4
@@ -365,16 +397,16 @@ def _generator_plan(
     return need, place.gpu_bytes
 
 
-def generation_spec(rule: str, config: dict, copies: int = 1, frozen: int = 0) -> RuleSpec:
+def generation_spec(rule: str, config: dict, copies: int = 1, reward_models: int = 0) -> RuleSpec:
     """A rule that generates: the HF engine's weights and KV cache (generation.batch_size
     sequences of rollout.max_total_tokens), or vLLM's reservation holding the weights and
-    at least one sequence's KV cache; `frozen` reward models score beside it."""
+    at least one sequence's KV cache; `reward_models` frozen reward models score beside it."""
     gen, length = config["generation"], config["rollout"]["max_total_tokens"]
+    spec = RuleSpec(rule, [], frozen_rm=reward_models)
     if gen["engine"] == "vllm":
         share = gen["vllm"]["gpu_memory_utilization"]
-        return RuleSpec(rule, [], frozen, vllm_share=share, vllm_copies=copies, vllm_tokens=length)
-    kv_tokens = gen["batch_size"] * length
-    return RuleSpec(rule, [], frozen, engine_copies=copies, kv_tokens=kv_tokens)
+        return replace(spec, vllm_share=share, vllm_copies=copies, vllm_tokens=length)
+    return replace(spec, engine_copies=copies, kv_tokens=gen["batch_size"] * length)
 
 
 def _trained(section: dict, sequences: int, length: int) -> Trained:
@@ -434,20 +466,19 @@ def _reward_model_specs(config: dict) -> list[RuleSpec]:
     if not (rm["tasks"] or _needs_bt(config)):
         return []
     train = rm["train"]
+    # BT pairs: two sequences per pair (the ORM and PRM train one each), on reward_models.base.
+    trained = _trained(train, 2 * train["batch_size"], train["max_length"])
     specs = [
         generation_spec("sample_rm_data", config),
-        # BT pairs: two sequences per pair (the ORM and PRM train one each).
-        RuleSpec(
-            "train_reward_model", [_trained(train, 2 * train["batch_size"], train["max_length"])]
-        ),
+        RuleSpec("train_reward_model", [replace(trained, reward_model=True)]),
     ]
     if rm["tasks"]:
         specs += [
             generation_spec("annotate_prm", config),
-            generation_spec("best_of_n", config, frozen=3),  # BT, ORM and PRM score
+            generation_spec("best_of_n", config, reward_models=3),  # BT, ORM and PRM score
         ]
     if [t for t in rm["hgs"]["tasks"] if t in rm["tasks"]]:
-        specs.append(generation_spec("hgs_search", config, frozen=1))
+        specs.append(generation_spec("hgs_search", config, reward_models=1))  # the PRM
     return specs
 
 
@@ -513,13 +544,13 @@ def _ppo_specs(config: dict) -> list[RuleSpec]:
     note = "reference + RM frozen" if reference else "RM frozen; reference: adapters off"
     # the HF engine is the policy itself (no copy); a vLLM engine holds its own
     vllm = int(config["generation"]["engine"] == "vllm")
-    frozen = reference + int(learner.reward_model)
-    generator = generation_spec("ppo", config, copies=vllm, frozen=frozen)
+    generator = generation_spec("ppo", config, vllm, reward_models=int(learner.reward_model))
     return [
-        generation_spec("ppo_r2", config, frozen=1),
+        generation_spec("ppo_r2", config, reward_models=1),  # the BT-RM scores the samples
         replace(
             generator,
             trained=list(learner.trained),
+            frozen=reference,
             note=note,
             gathered=1,
             sent_whole=int(learner.lora),
@@ -588,7 +619,8 @@ def _online_specs(config: dict) -> list[RuleSpec]:
         replace(
             gen,
             trained=[learner.trained],
-            frozen=gen.frozen + learner.reference_copies + int(learner.reward_model),
+            frozen=learner.reference_copies,
+            frozen_rm=int(learner.reward_model),
             frozen_tokens=learner.forward_tokens,
             note=f"reference {kept}; generator beside the learner",
         )
@@ -597,9 +629,9 @@ def _online_specs(config: dict) -> list[RuleSpec]:
 
 def plan_config(config: dict, placements: dict[str, Placement]) -> list[RulePlan]:
     """The plan of every GPU rule of `config`; a rule missing from `placements` asked no GPU."""
-    arch = architecture(config)
+    arch, rm_arch = architecture(config), rm_architecture(config)
     return [
-        plan_rule(spec, arch, config, placements.get(spec.rule, Placement(0)))
+        plan_rule(spec, arch, config, placements.get(spec.rule, Placement(0)), rm_arch)
         for spec in rule_specs(config)
     ]
 

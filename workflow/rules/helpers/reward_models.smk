@@ -31,11 +31,44 @@ def rm_training_problems(wildcards):
 
 
 def rm_policy_model(wildcards):
-    """The SFT policy whose samples and weights a task's reward models start from (a pooled
-    folder's tasks share it: the config check)."""
+    """The SFT policy whose samples a task's reward models read, and whose weights they start
+    from with reward_models.base policy (a pooled folder's tasks share it: the config check).
+    """
     section = config["reward_models"]
     task = rm_members(wildcards)[0]
     return policy_model_input(section["task_policies"].get(task, section["policy"]))
+
+
+# The bundled SmolLM2 converted for the reward models, where the policy's base is another.
+RM_SMOLLM2_DIR = "results/rm/base-smollm2"
+
+
+def rm_converts_smollm2():
+    """True when the reward models start from SmolLM2 and no base rule converts it."""
+    return (
+        config["reward_models"]["base"] == "smollm2"
+        and config["policy"]["base"] != "smollm2"
+    )
+
+
+def rm_backbone_model(wildcards):
+    """The folder the reward models start from (reward_models.base): the policy's, the
+    converted SmolLM2, or none for a hub id or folder that no rule makes."""
+    base = config["reward_models"]["base"]
+    if base == "policy":
+        return rm_policy_model(wildcards)
+    if base == "smollm2":
+        return RM_SMOLLM2_DIR if rm_converts_smollm2() else BASE_MODEL_DIR
+    return []
+
+
+def rm_backbone_arg(wildcards, input):
+    """--model of the reward models' training: the input folder, else the hub id or folder
+    (the policy's external base where they start from the policy)."""
+    if input.model:
+        return input.model
+    base = config["reward_models"]["base"]
+    return config["policy"]["base"] if base == "policy" else base
 
 
 def rm_table_prms():
