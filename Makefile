@@ -37,8 +37,9 @@ test: setup
 test-verification: setup
 	$(BIN)/python -m pytest -ra tests/test_verification_learning.py
 
-# GRPO's learning tests (about 18 min alone), outside `make test`: in the learning lane its run
-# took CI past 60 minutes (tests/test_grpo_learning.py).
+# GRPO's learning tests (18 min alone before grpo_vs_ppo_oracle joined; about 30-35 with it),
+# outside `make test`: in the learning lane its run took CI past 60 minutes
+# (tests/test_grpo_learning.py).
 test-grpo: setup
 	$(BIN)/python -m pytest -ra tests/test_grpo_learning.py
 

@@ -193,10 +193,13 @@ def headroom(samples_path: Path) -> dict:
     return {"pass@k": sum(solved) / len(solved), "mixed": sum(mixed) / len(mixed)}
 
 
-def online_training(start: dict, mode: str, bands: tuple[str, ...]) -> dict:
+def online_training(
+    start: dict, mode: str, bands: tuple[str, ...], name: str = "", budget: dict | None = None
+) -> dict:
     """One run of ONLINE from the start and its greedy evaluations on `bands`: online DPO in
     `mode` (sync or async), or, for mode grpo, config/tables.yaml's GRPO variant (its own lr, K
-    and T, async; tests/test_grpo_learning.py's)."""
+    and T, async; tests/test_grpo_learning.py's). `budget` (steps, prompts_per_step) replaces
+    ONLINE's; `name` (default online-MODE) is the run's folder."""
     from reasonrl.stages.online_dpo import online_dpo as run_online
 
     root = start["root"]
@@ -204,9 +207,9 @@ def online_training(start: dict, mode: str, bands: tuple[str, ...]) -> dict:
     variant = {"name": mode, "mode": mode, "loss": "dpo", "off_policy": 1}
     if mode == "grpo":
         variant = tables_online_variant("grpo")
-    online = {**ONLINE, "task": FRONTIER, "temperature": 0.7, "variants": [variant]}
-    config = validate_config({**start["config"], "online_dpo": online})
-    name = f"online-{mode}"
+    online = {**ONLINE, **(budget or {}), "task": FRONTIER, "temperature": 0.7}
+    config = validate_config({**start["config"], "online_dpo": {**online, "variants": [variant]}})
+    name = name or f"online-{mode}"
     metrics = run_online(
         config, mode, str(root / "sft"), str(pool / "problems.jsonl"), "tool", 2, str(root / name)
     )
