@@ -397,3 +397,21 @@ def test_calibration_is_off_by_default_and_checked_only_when_on():
     validate_config({"calibration": {"easy_task": "nothing"}})
     config = validate_config({**FRONTIER, "calibration": {"frontier_task": "arith5"}})
     assert config["calibration"]["gates"]["gap_min"] == 0.2
+
+
+@pytest.mark.parametrize("value", ["tiny", "base", "sft-tool", "mdpo-round2", "online-grpo"])
+def test_reward_models_base_cannot_name_a_model_of_the_workflow(value):
+    """A workflow model's name is no folder or hub id: the reward models would look it up on
+    the hub after their data were sampled. `policy` is the way to start from the policy."""
+    message = f"config key 'reward_models.base': '{value}' names a model of this workflow"
+    with pytest.raises(ReasonRLError, match=re.escape(message)):
+        validate_config({"reward_models": {"base": value}}, "c.yaml")
+
+
+def test_a_reward_models_base_folder_must_exist_when_the_config_is_read(tmp_path):
+    folder = tmp_path / "verifier"
+    message = f"c.yaml: config key 'reward_models.base': model folder '{folder}' not found"
+    with pytest.raises(ReasonRLError, match=re.escape(message)):
+        validate_config({"reward_models": {"base": str(folder)}}, "c.yaml")
+    folder.mkdir()
+    assert validate_config({"reward_models": {"base": str(folder)}})["reward_models"]["base"]

@@ -400,17 +400,49 @@ def test_reward_models_on_a_base_of_their_own_are_trained_and_score_with_its_arc
     ],
 )
 def test_the_ppo_and_online_bt_rm_is_frozen_with_the_reward_models_architecture(recipe, rules):
-    """The BT-RM that rewards PPO (and scores its R2 samples) and the online learner is one
-    frozen model of reward_models.base, sharded under ZeRO-3 as the learner's other frozen
-    models are; the policy's reference and critic keep the policy's architecture."""
+    """The BT-RM that rewards PPO (and scores its R2 samples) is one frozen model of
+    reward_models.base, sharded under ZeRO-3 as the learner's other frozen models are; the
+    online learner's is held whole by its generator process, on the generator's own GPU
+    here; the policy's reference and critic keep the policy's architecture."""
     config = load_workflow_config([str(REPO / "config" / recipe)])
     config["online_dpo"]["reward"] = "rm"  # the online recipe's oracle: no RM to size
     policy, small = _plans_by_rm_base(config, "policy"), _plans_by_rm_base(config, "smollm2")
     change = (mp.PUBLISHED["smollm2"].params() - mp.architecture(config).params()) * 2
     for rule in rules:
-        shards = small[rule].gpus if small[rule].zero == 3 else 1
-        assert small[rule].other - policy[rule].other == pytest.approx(change / shards), rule
-        assert small[rule].params == policy[rule].params, rule  # the policy (and critic)
+        a, b = small[rule], policy[rule]
+        if rule == "online_dpo":
+            assert a.generator - b.generator == pytest.approx(change) and a.other == b.other
+        else:
+            shards = a.gpus if a.zero == 3 else 1
+            assert a.other - b.other == pytest.approx(change / shards), rule
+        assert a.params == b.params, rule  # the policy (and critic)
+
+
+def test_the_online_reward_model_sits_on_the_generators_own_gpu_beside_vllm():
+    """Online DPO's BT-RM lives in its generator process: with a GPU of its own the RM is
+    counted there, outside vLLM's reservation, and no longer on the learner's GPUs; an RM
+    larger than the rest of that GPU does not fit, while the learner still does."""
+    config = load_workflow_config([str(REPO / "config/gpu-async-dpo-rho-1b.yaml")])
+    config["online_dpo"]["reward"] = "rm"
+    config["reward_models"]["base"] = "smollm2"
+    own = mp.placement("online_dpo", {"gpu": 3, "generator_gpus": 1})
+    alone = mp.placement("online_dpo", {"gpu": 2})
+    plan = {name: _online_plan(config, place) for name, place in (("own", own), ("alone", alone))}
+    rm = mp.PUBLISHED["smollm2"].params() * 2  # bfloat16
+    reserved = own.gpu_bytes * config["generation"]["vllm"]["gpu_memory_utilization"]
+    # vLLM holds its whole reservation, the RM the rest of the GPU
+    assert (plan["own"].generator, plan["own"].generator_memory) == (reserved + rm, own.gpu_bytes)
+    assert plan["own"].other == pytest.approx(plan["alone"].other - rm)
+    assert plan["own"].fits
+    config["reward_models"]["base"] = "Qwen/Qwen2.5-14B"  # 28 GiB
+    config["generation"]["vllm"]["gpu_memory_utilization"] = 0.9  # 8 GiB of the GPU left
+    big = _online_plan(config, own)
+    assert big.total <= big.gpu_memory and not big.fits
+
+
+def _online_plan(config: dict, place: mp.Placement) -> mp.RulePlan:
+    [plan] = [p for p in mp.plan_config(config, {"online_dpo": place}) if p.rule == "online_dpo"]
+    return plan
 
 
 def test_launched_rules_are_the_rules_with_the_launcher():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ import pytest
 from reasonrl.errors import ReasonRLError
 from reasonrl.stages.report import report as write_report
 from reasonrl.stages.report import report_pages
+
+REPO = Path(__file__).resolve().parents[1]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -347,8 +351,9 @@ def test_readme_section_refuses_a_report_of_another_configs_run(report_dir):
 
     section = results_section(report_dir, 0.05, declared=["cost", "gain", "null"])
     assert "| gain |" in section
-    message = r"comparisons.json: not the run of this config \(declared but not reported:"
-    message += r" \['grpo_vs_sft'\]; reported but not declared: \['cost'\]\)"
+    message = r"comparisons.json: its comparisons are not the ones the config declares \("
+    message += r"declared but not reported: \['grpo_vs_sft'\]; reported but not declared:"
+    message += r" \['cost'\]\)"
     with pytest.raises(ReasonRLError, match=message):
         results_section(report_dir, 0.05, declared=["gain", "null", "grpo_vs_sft"])
 
@@ -379,3 +384,26 @@ def test_the_readme_commands_section_choices_are_the_sections():
     readme = _parser()._subparsers._group_actions[0].choices["readme"]
     section = next(action for action in readme._actions if action.dest == "section")
     assert set(section.choices) == set(README_SECTIONS)
+
+
+def test_readme_tables_refuses_the_default_runs_report(report_dir, tmp_path):
+    """`make readme-tables` (reasonrl readme --section tables --configfile
+    config/tables.yaml) on a report of other comparisons: one line, the README untouched."""
+    from reasonrl.stages.report import README_SECTIONS
+
+    tables = README_SECTIONS["tables"]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{tables.begin}\nold\n{tables.end}\n")
+    reasonrl = Path(sys.executable).parent / "reasonrl"
+    command = [str(reasonrl), "readme", "--section", "tables", "--configfile"]
+    command += [str(REPO / "config/tables.yaml"), "--report-dir", str(report_dir)]
+    result = subprocess.run(
+        [*command, "--readme", str(readme)], capture_output=True, text=True, cwd=REPO
+    )
+    assert result.returncode != 0
+    assert "comparisons.json: its comparisons are not the ones the config declares" in (
+        result.stderr
+    )
+    assert "'grpo_vs_sft'" in result.stderr and readme.read_text().endswith(
+        "old\n" + tables.end + "\n"
+    )

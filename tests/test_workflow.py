@@ -243,11 +243,15 @@ def test_hub_id_base_is_passed_through_and_built_by_no_rule(snakemake, tmp_path)
     # PPO and the online learner from the hub's base: its id, where no rule makes a folder
     config.write_text(
         f"policy:\n  base: {HUB_ID}\nppo: {{policy: base}}\nonline_dpo: {{policy: base}}\n"
+        "reward_models: {policy: base}\n"
     )
     jobs = dry_run_jobs(snakemake("-n", "-p", "--configfile", str(config)))
     starts = [j for j in jobs if j["rule"] in ("ppo_r2", "ppo", "online_dpo")]
     assert {j["rule"] for j in starts} == {"ppo_r2", "ppo", "online_dpo"}
     assert all(f"--model {HUB_ID} " in j["shell"] for j in starts), starts
+    # the reward models start from that base's weights (reward_models.base: policy)
+    trained = [j for j in jobs if j["rule"] == "train_reward_model"]
+    assert trained and all(f"--model {HUB_ID} " in j["shell"] for j in trained), trained
 
 
 @pytest.mark.parametrize(

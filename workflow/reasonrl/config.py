@@ -131,6 +131,23 @@ BUILT_BASES = ("tiny", "smollm2")
 CODE_TASK_KINDS = ("pycode", "humaneval", "mbpp")
 
 
+# reward_models.base values the workflow resolves itself: the start policy's weights, or
+# SmolLM2 converted by a rule; any other value is a folder or hub id.
+RM_BUILT_BASES = ("policy", "smollm2")
+# Names of this workflow's models (the tiny base, a policy's folder under results/models/),
+# which reward_models.base cannot name: `policy` starts from the reward models' own policy.
+WORKFLOW_MODEL_NAME = re.compile(r"tiny|base|sft-.+|online-.+|ppo-.+|.+-round\d+")
+
+
+def _check_rm_base(value: str, source: str) -> None:
+    if WORKFLOW_MODEL_NAME.fullmatch(value):
+        raise ReasonRLError(
+            f"{source}: config key 'reward_models.base': '{value}' names a model of this"
+            " workflow; use policy (the weights of reward_models.policy), smollm2, a folder"
+            " or a hub id"
+        )
+
+
 def _check_model_folders(filled: dict, source: str) -> None:
     """A model value that names a local folder must exist: caught when the config is read
     (the workflow's dry run included), not when the stage that loads it runs."""
@@ -139,6 +156,10 @@ def _check_model_folders(filled: dict, source: str) -> None:
     }
     if filled["policy"]["base"] not in BUILT_BASES:
         models["policy.base"] = filled["policy"]["base"]
+    rm_base = filled["reward_models"]["base"]
+    if rm_base not in RM_BUILT_BASES:
+        _check_rm_base(rm_base, source)
+        models["reward_models.base"] = rm_base
     for key, name in models.items():
         if name and names_local_path(name) and not Path(name).expanduser().is_dir():
             raise ReasonRLError(f"{source}: config key '{key}': model folder '{name}' not found")

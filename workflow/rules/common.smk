@@ -14,7 +14,13 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from reasonrl.config import BUILT_BASES, CODE_TASK_KINDS, search_arm, sft_policies
+from reasonrl.config import (
+    BUILT_BASES,
+    CODE_TASK_KINDS,
+    RM_BUILT_BASES,
+    search_arm,
+    sft_policies,
+)
 from reasonrl.containers.lock import load_lock
 from reasonrl.containers.runner import ContainerSpec, write_rule_shell
 from reasonrl.training.launch import command_prefix

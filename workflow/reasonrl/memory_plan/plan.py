@@ -172,7 +172,7 @@ class Trained:
     checkpointing: bool = False
     lora_targets: tuple[str, ...] = LORA_TARGETS  # the linears with adapters
     quantized: bool = False  # QLoRA: the base's decoder linears in 4-bit NormalFloat
-    reward_model: bool = False  # of the reward models' architecture, not the policy's
+    rm_backbone: bool = False  # of the reward models' architecture, not the policy's
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,9 @@ class RuleSpec:
     trained: list[Trained]
     frozen: int = 0  # frozen copies of the policy (reference)
     frozen_rm: int = 0  # frozen reward models, of the reward models' architecture
+    # ... held whole by the rule's generator process (online DPO's reward): on the generator's
+    # own GPU where it has one, else beside the learner
+    generator_rm: int = 0
     gathered: int = 0  # trained models gathered whole beside their ZeRO-3 shards (sampling)
     # ... where the generator has a GPU of its own: those gathered whole to be sent to it
     # (LoRA's merged weights; a plain policy goes one parameter at a time)
@@ -338,7 +341,7 @@ def _plan(
     zero = place.zero if place.launched and n > 1 else 0
     params = grads = optim = acts = 0.0
     for t in spec.trained:
-        model = rm_arch if t.reward_model else arch
+        model = rm_arch if t.rm_backbone else arch
         p, g, o = model_state_bytes(model, t, weight_b, zero, n)
         params, grads, optim = params + p, grads + g, optim + o
         acts += activation_bytes(model, t, weight_b)
@@ -346,6 +349,8 @@ def _plan(
     own = place.generator_own_gpu and bool(spec.trained)
     frozen_params = spec.frozen * arch.params() + spec.frozen_rm * rm_arch.params()
     frozen = frozen_params * weight_b / (n if zero >= 3 else 1)
+    if not own:
+        frozen += spec.generator_rm * rm_arch.params() * weight_b
     if zero >= 3:
         frozen += (spec.sent_whole if own else spec.gathered) * arch.params() * weight_b
     e = 2 if weight_b == 2 else 4
@@ -364,7 +369,7 @@ def _plan(
         budget = place.gpu_bytes * spec.vllm_share
     elif spec.vllm_share and not own:
         budget = place.gpu_bytes * (1 - spec.vllm_share)  # the engine's reservation, same GPU
-    generator = _generator_plan(spec, arch, weight_b, place) if own else (0.0, 0.0)
+    generator = _generator_plan(spec, arch, rm_arch, weight_b, place) if own else (0.0, 0.0)
     return RulePlan(
         spec.rule,
         place.gpus,
@@ -384,16 +389,22 @@ def _plan(
 
 
 def _generator_plan(
-    spec: RuleSpec, arch: Architecture, weight_b: int, place: Placement
+    spec: RuleSpec, arch: Architecture, rm_arch: Architecture, weight_b: int, place: Placement
 ) -> tuple[float, float]:
     """(bytes, budget) of a generator on a GPU of its own: one copy of the policy and the KV
-    cache of its batch (HF) or of one sequence within vLLM's reservation."""
+    cache of its batch (HF) or of one sequence within vLLM's reservation, and the reward
+    models it scores with (generator_rm)."""
     e = 2 if weight_b == 2 else 4
     weights = arch.params() * weight_b
+    rm = spec.generator_rm * rm_arch.params() * weight_b
     if spec.vllm_share:
         need = weights + spec.vllm_tokens * arch.kv_bytes_per_token(e)
-        return need, place.gpu_bytes * spec.vllm_share
-    need = weights + spec.kv_tokens * arch.kv_bytes_per_token(e) + OVERHEAD_BYTES
+        reserved = place.gpu_bytes * spec.vllm_share
+        if not rm or need > reserved:
+            return need, reserved
+        # vLLM takes its whole reservation; the reward models sit in the rest of the GPU.
+        return reserved + rm, place.gpu_bytes
+    need = weights + rm + spec.kv_tokens * arch.kv_bytes_per_token(e) + OVERHEAD_BYTES
     return need, place.gpu_bytes
 
 
@@ -470,7 +481,7 @@ def _reward_model_specs(config: dict) -> list[RuleSpec]:
     trained = _trained(train, 2 * train["batch_size"], train["max_length"])
     specs = [
         generation_spec("sample_rm_data", config),
-        RuleSpec("train_reward_model", [replace(trained, reward_model=True)]),
+        RuleSpec("train_reward_model", [replace(trained, rm_backbone=True)]),
     ]
     if rm["tasks"]:
         specs += [
@@ -620,7 +631,7 @@ def _online_specs(config: dict) -> list[RuleSpec]:
             gen,
             trained=[learner.trained],
             frozen=learner.reference_copies,
-            frozen_rm=int(learner.reward_model),
+            generator_rm=int(learner.reward_model),  # the generator scores its rollouts
             frozen_tokens=learner.forward_tokens,
             note=f"reference {kept}; generator beside the learner",
         )
@@ -629,11 +640,19 @@ def _online_specs(config: dict) -> list[RuleSpec]:
 
 def plan_config(config: dict, placements: dict[str, Placement]) -> list[RulePlan]:
     """The plan of every GPU rule of `config`; a rule missing from `placements` asked no GPU."""
-    arch, rm_arch = architecture(config), rm_architecture(config)
+    specs = rule_specs(config)
+    arch = architecture(config)
+    # Resolved only where a rule holds a reward model: a hub id the table lacks stops no plan
+    # of a config that trains none.
+    rm_arch = rm_architecture(config) if any(map(_holds_reward_model, specs)) else arch
     return [
         plan_rule(spec, arch, config, placements.get(spec.rule, Placement(0)), rm_arch)
-        for spec in rule_specs(config)
+        for spec in specs
     ]
+
+
+def _holds_reward_model(spec: RuleSpec) -> bool:
+    return bool(spec.frozen_rm or spec.generator_rm or any(t.rm_backbone for t in spec.trained))
 
 
 # Rules whose generator may have GPUs of its own (resource generator_gpus: the job's last).

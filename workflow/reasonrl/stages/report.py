@@ -536,8 +536,8 @@ def _check_declared(path: Path, reported: list[str], declared: list[str]) -> Non
         missing = sorted(set(declared) - set(reported)) or "none"
         extra = sorted(set(reported) - set(declared)) or "none"
         raise ReasonRLError(
-            f"{path}: not the run of this config (declared but not reported: {missing};"
-            f" reported but not declared: {extra})"
+            f"{path}: its comparisons are not the ones the config declares (declared but not"
+            f" reported: {missing}; reported but not declared: {extra})"
         )
 
 

@@ -4,8 +4,9 @@
 
 def config_uses_hub():
     """True when a model or data set comes from a hub (rules that may fetch need the network)."""
-    base = config["policy"]["base"]
+    base, rm_base = config["policy"]["base"], config["reward_models"]["base"]
     hub_base = base not in BUILT_BASES and not Path(base).exists()
+    hub_base |= rm_base not in RM_BUILT_BASES and not Path(rm_base).exists()
     hub_tasks = any(
         task["kind"] in HUB_TASK_KINDS and not task["path"]
         for task in config["tasks"].values()
