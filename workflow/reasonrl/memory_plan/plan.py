@@ -312,11 +312,10 @@ def plan_rule(
     arch: Architecture,
     config: dict,
     place: Placement,
-    rm_arch: Architecture | None = None,
+    rm_arch: Architecture,
 ) -> RulePlan:
     """The memory of `spec` per GPU under `place`, with the GPUs it needs (None: more than 64
-    or a rule that uses one GPU only); `arch` is the policy's, `rm_arch` the reward models'
-    (None: the policy's)."""
+    or a rule that uses one GPU only); `arch` is the policy's, `rm_arch` the reward models'."""
     plan = _plan(spec, arch, config, place, rm_arch)
     needed = None
     for n in range(1, 65) if place.launched and spec.trained else [1]:
@@ -332,10 +331,9 @@ def _plan(
     arch: Architecture,
     config: dict,
     place: Placement,
-    rm_arch: Architecture | None = None,
+    rm_arch: Architecture,
 ) -> RulePlan:
     weight_b = _dtype_bytes(config)
-    rm_arch = rm_arch or arch
     # Only a launched training rule spreads over its GPUs; the others use one.
     n = place.gpus if place.launched and spec.trained else min(place.gpus, 1)
     zero = place.zero if place.launched and n > 1 else 0

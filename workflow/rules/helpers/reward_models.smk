@@ -63,12 +63,12 @@ def rm_backbone_model(wildcards):
 
 
 def rm_backbone_arg(wildcards, input):
-    """--model of the reward models' training: the input folder, else the hub id or folder
-    (the policy's external base where they start from the policy)."""
-    if input.model:
-        return input.model
+    """--model of the reward models' training: as model_arg where they start from the
+    policy, else the input folder or the hub id or folder no rule makes."""
     base = config["reward_models"]["base"]
-    return config["policy"]["base"] if base == "policy" else base
+    if base == "policy":
+        return model_arg(wildcards, input)
+    return input.model or base
 
 
 def rm_table_prms():
