@@ -20,7 +20,7 @@ from reasonrl.stages.evaluate import evaluate
 from reasonrl.stages.models import corpus_texts
 from reasonrl.stages.report import verdict as report_verdict
 from reasonrl.stages.sft import sft as run_sft
-from reasonrl.stats.comparisons import greedy_correct
+from reasonrl.stats.comparisons import greedy_correct, holm
 
 REPO = Path(__file__).resolve().parents[1]
 EASY, FRONTIER = "arith", "arith3"
@@ -112,6 +112,27 @@ def verdict(row: dict) -> str:
         f"{row['name']}: {row['value_a']:.3f} vs {row['value_b']:.3f}, diff {row['diff']:+.3f} "
         f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], p_holm {row['p_holm']:.2g}"
     )
+
+
+# Every Holm family a learning file adjusted in this session, as verdict lines: tests/conftest.py
+# prints them in pytest's summary, so a run's log holds the numbers its record cites (a passing
+# test and a strict xfail print nothing of their own).
+FAMILIES: dict[str, list[str]] = {}
+
+
+def _record_line(row: dict) -> str:
+    extra = [f"p {row['p']:.2g}", f"n {row['n']}"]
+    extra += [f"margin {row['margin']:g}"] if "margin" in row else []
+    extra += [f"power {row['power']:.2f}"] if "power" in row else []
+    return f"{verdict(row)}, {', '.join(extra)}"
+
+
+def holm_family(family: str, rows: list[dict]) -> dict[str, dict]:
+    """A file's pre-registered comparisons, Holm-adjusted together, by name; their verdicts are
+    kept in FAMILIES under `family`."""
+    adjusted = holm(rows)
+    FAMILIES[family] = [_record_line(row) for row in adjusted]
+    return {row["name"]: row for row in adjusted}
 
 
 def assert_copies_numbers(easy: dict) -> None:

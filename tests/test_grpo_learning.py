@@ -22,13 +22,14 @@ from learning_start import (
     METHOD_SEED,
     assert_gain,
     assert_noninferior,
+    holm_family,
     train_start,
 )
 from side_by_side import SideBySide
 from test_preference_learning import NONINFERIORITY_MARGIN, online_training, ppo_training
 
 from reasonrl.stages.data import make_pool
-from reasonrl.stats.comparisons import compare, holm
+from reasonrl.stats.comparisons import compare
 
 # The start (about 13 minutes alone), then side by side GRPO with its evaluations (about 12
 # alone), PPO rewarded by the verifier (about 12) and GRPO at PPO's samples (about 4): the
@@ -78,7 +79,7 @@ def grpo(tmp_path_factory) -> dict:
         "history": runs["grpo"]["history"],
         "matched": runs["matched"],
         "ppo": runs["ppo"],
-        "comparisons": {r["name"]: r for r in holm(rows)},
+        "comparisons": holm_family("test_grpo_learning", rows),
     }
 
 

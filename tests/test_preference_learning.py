@@ -37,6 +37,7 @@ from learning_start import (
     assert_noninferior,
     assert_null_holds,
     greedy_eval,
+    holm_family,
     train_start,
     verdict,
 )
@@ -51,7 +52,7 @@ from reasonrl.stages.preference import preference_train as run_training
 from reasonrl.stages.preference import reference_logps as run_reference
 from reasonrl.stages.preference import sample_round as run_sampling
 from reasonrl.stats.calibration import sampled_outcomes
-from reasonrl.stats.comparisons import compare, holm
+from reasonrl.stats.comparisons import compare
 
 # A module fixture's set-up counts against the first test that asks for it. One after another
 # in this process, the two 900-step SFT runs took 861 s in a clean-clone CI run (pytest-timeout's
@@ -293,7 +294,7 @@ def comparisons(runs, mdpo_run, mkto_run, online_run, online_sync_run, ppo_run) 
                 online_run["eval"][FRONTIER]["scores"], online_sync_run["eval"][FRONTIER]["scores"],
                 margin=NONINFERIORITY_MARGIN)
     )  # fmt: skip
-    return {row["name"]: row for row in holm(rows)}
+    return holm_family("test_preference_learning", rows)
 
 
 @pytest.mark.xfail(

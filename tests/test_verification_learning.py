@@ -24,6 +24,7 @@ from learning_start import (
     METHOD_SEED,
     assert_gain,
     greedy_eval,
+    holm_family,
     learning_config,
     train_start,
 )
@@ -39,7 +40,7 @@ from reasonrl.stages.reward_models import (
     sample_rm_data,
     train_reward_model,
 )
-from reasonrl.stats.comparisons import SEARCH_METRIC, compare, holm, same_problems
+from reasonrl.stats.comparisons import SEARCH_METRIC, compare, same_problems
 
 # The SFT start alone took 731 s on an idle machine (2026-11-28), the BT-RM 270 s, then the
 # other reward models with their search 450 s and PF-PPO and PPO-S 425 s each, side by side.
@@ -181,7 +182,7 @@ def comparisons(rm_run, rm_ppo_runs) -> dict[str, dict]:
                 rm_ppo_runs["br"]["eval"][FRONTIER]["scores"],
                 rm_ppo_runs["s"]["eval"][FRONTIER]["scores"])
     )  # fmt: skip
-    return {row["name"]: row for row in holm(rows)}
+    return holm_family("test_verification_learning", rows)
 
 
 def test_reward_models_learn_from_the_frontier_pool_and_leave_the_vote_headroom(rm_run):
