@@ -27,3 +27,33 @@ def test_relative_links_stay_inside_the_repository(doc):
 
 def test_readme_starts_with_its_title():
     assert ROOT.joinpath("README.md").read_text().startswith("# reasonrl\n")
+
+
+# A pilot's record cites what a reader can rerun: repository paths. A path of the machine the
+# pilot ran on is only allowed in a section marked historical under its heading.
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home)/[\w./{},-]+")
+HISTORICAL = "> **Historical.**"
+EXPERIMENT_SCRIPT = re.compile(r"\bexperiments/[\w.-]+\.py\b")
+
+
+def record_sections() -> list[tuple[str, str]]:
+    text = (ROOT / "docs/experiment-design.md").read_text()
+    sections = re.split(r"(?m)^(?=## )", text)
+    return [(section.splitlines()[0], section) for section in sections if section.startswith("## ")]
+
+
+def test_only_sections_marked_historical_cite_the_pilot_machine():
+    unmarked = [
+        (heading, MACHINE_PATH.findall(body)[:3])
+        for heading, body in record_sections()
+        if MACHINE_PATH.search(body) and HISTORICAL not in body.split("\n###", 1)[0]
+    ]
+    assert not unmarked, unmarked
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_experiment_script_the_docs_cite_is_in_the_repository(doc):
+    missing = sorted(
+        {p for p in EXPERIMENT_SCRIPT.findall(doc.read_text()) if not (ROOT / p).exists()}
+    )
+    assert not missing, missing
