@@ -23,6 +23,7 @@ from learning_start import (
     FRONTIER,
     METHOD_SEED,
     assert_gain,
+    assert_null_holds,
     greedy_eval,
     holm_family,
     learning_config,
@@ -201,9 +202,9 @@ def test_reward_models_learn_from_the_frontier_pool_and_leave_the_vote_headroom(
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
-    reason="a null at this scale: prm-min@16 0.65 vs maj@16 0.72 on 100 problems, -0.07 "
-    "[-0.14, 0.00], p 0.09, p_holm 0.28 over the learning lane's twelve then (2026-11-27); "
-    "the PRM calls every held-out step '+'",
+    reason="a null at this scale: prm-min@16 0.660 vs maj@16 0.740 on 100 problems, -0.080 "
+    "[-0.150, -0.010], p 0.057, p_holm 0.23 over this file's four (2026-12-07); the PRM called "
+    "every held-out step '+' (2026-11-27)",
 )
 def test_best_of_16_by_the_prm_beats_majority_vote_on_the_frontier(rm_run, comparisons):
     # Measured (2026-11-27): 200 Math-Shepherd steps of 100 solutions (2 per solution: the
@@ -211,32 +212,37 @@ def test_best_of_16_by_the_prm_beats_majority_vote_on_the_frontier(rm_run, compa
     # correctness; the PRM after 40 steps predicts "+" for all 20 held-out steps. 13 % of the
     # problems are discordant (3 PRM-only, 10 vote-only): McNemar has 80 % power there only for
     # a gain of 0.105, and a +0.05 gain would need about 500 problems.
+    assert_null_holds(comparisons["prm_vs_maj"], -0.150, -0.010)
     assert_gain(comparisons["prm_vs_maj"])
 
 
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
-    reason="a null at this scale: orm@16 0.67 vs maj@16 0.72 on 100 problems, -0.05 "
-    "[-0.10, 0.00], p 0.12, p_holm 0.28 over the learning lane's twelve then (2026-11-27)",
+    reason="a null at this scale: orm@16 0.690 vs maj@16 0.740 on 100 problems, -0.050 "
+    "[-0.110, +0.010], p 0.23, p_holm 0.68 over this file's four (2026-12-07)",
 )
 def test_best_of_16_by_the_orm_beats_majority_vote_on_the_frontier(rm_run, comparisons):
     # Measured (2026-11-27): ORM held-out accuracy 0.66 on 50 solutions; 7 % of the problems
     # discordant (1 ORM-only, 6 vote-only), too few for any gain to reach 80 % power on 100
     # problems; a +0.05 gain at that discordance would need about 300.
+    assert_null_holds(comparisons["orm_vs_maj"], -0.110, +0.010)
     assert_gain(comparisons["orm_vs_maj"])
 
 
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
-    reason="a null at this scale: HGS-PRM 0.833 = greedy 0.833 on 30 problems, no discordant "
-    "problem (2026-11-27); the PRM accepts every step, so HGS never backtracks",
+    reason="a null at this scale: HGS-PRM 0.800 vs greedy 0.867 on 30 problems, -0.067 "
+    "[-0.167, +0.000], p 0.5, p_holm 1 over this file's four (2026-12-07); on 2026-11-27 the "
+    "PRM accepted every step, so HGS never backtracked",
 )
 def test_hgs_prm_beats_greedy_decoding_on_the_frontier(rm_run, comparisons):
     # Measured (2026-11-27): 2 policy calls per problem (the program, the answer), 0
     # backtracks; the compute-matched sample (1 per problem) is 0.833 too. No problem is
-    # discordant, so the test has no power at all at this scale.
+    # discordant, so the test has no power at all at this scale. On 2026-12-07 greedy won 2
+    # problems HGS lost and none the other way (power 0.01).
+    assert_null_holds(comparisons["hgs_vs_greedy"], -0.167, +0.000)
     assert_gain(comparisons["hgs_vs_greedy"])
 
 
@@ -264,10 +270,10 @@ def test_ppo_rewarded_by_the_bt_rm_filters_and_stays_in_its_trust_region(rm_ppo_
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
-    reason="a null at this scale: PF-PPO (BR) 0.730 vs PPO-S 0.735 on 400 problems, -0.005 "
-    "[-0.020, +0.010], p 0.75, p_holm 1 over the learning lane's twelve then (2026-11-29); "
-    "the default's BT-RM (15 pairs) ranks its 2 held-out pairs wrong, so both optimise a "
-    "reward that does not track correctness",
+    reason="a null at this scale: PF-PPO (BR) 0.7725 vs PPO-S 0.780 on 400 problems, -0.0075 "
+    "[-0.025, +0.008], p 0.55, p_holm 1 over this file's four (2026-12-07); on 2026-11-29 the "
+    "default's BT-RM (15 pairs) ranked its 2 held-out pairs wrong, so both optimise a reward "
+    "that does not track correctness",
 )
 def test_pf_ppo_beats_ppo_s_with_the_bt_rm_on_the_frontier(rm_ppo_runs, comparisons):
     # Measured (2026-11-29): best iterations 4 and 4 by held-out pass@1 (BR 0.72, PPO-S 0.70;
@@ -276,4 +282,5 @@ def test_pf_ppo_beats_ppo_s_with_the_bt_rm_on_the_frontier(rm_ppo_runs, comparis
     # 0.15 for a +0.01 gain and 0.67 for +0.02 on 400 problems; +0.01 would need about 1,500.
     # The pilot with an all-pairs BT-RM (R^2 0.18, held-out pair accuracy 0.76) over three PPO
     # seeds: -0.020, 0.000, +0.005 (docs/experiment-design.md, "PF-PPO against PPO-S").
+    assert_null_holds(comparisons["pfppo_vs_ppo_s"], -0.025, +0.008)
     assert_gain(comparisons["pfppo_vs_ppo_s"])
