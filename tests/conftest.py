@@ -148,7 +148,7 @@ def start_cluster(root: Path, nodes: int = 1):
     return SlurmCluster(root, cpus=16, memory_mb=131072, gpus=2, nodes=nodes).start()
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The learning files' Holm families, as measured in this session (learning_start.FAMILIES),
     so a run's log holds every number the record cites, passes and strict xfails included."""
     learning = sys.modules.get("learning_start")

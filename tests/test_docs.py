@@ -30,10 +30,12 @@ def test_readme_starts_with_its_title():
 
 
 # A pilot's record cites what a reader can rerun: repository paths. A path of the machine the
-# pilot ran on is only allowed in a section marked historical under its heading.
+# pilot ran on, or a script the repository does not hold, is only allowed in a section marked
+# historical under its heading.
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home)/[\w./{},-]+")
 HISTORICAL = "> **Historical.**"
 EXPERIMENT_SCRIPT = re.compile(r"\bexperiments/[\w.-]+\.py\b")
+SCRIPT_RUN = re.compile(r"(?:\bpython3?\s+|(?<![\w/])\./)([\w./-]+\.(?:py|sh))\b")
 
 
 def record_sections() -> list[tuple[str, str]]:
@@ -42,11 +44,18 @@ def record_sections() -> list[tuple[str, str]]:
     return [(section.splitlines()[0], section) for section in sections if section.startswith("## ")]
 
 
-def test_only_sections_marked_historical_cite_the_pilot_machine():
+def outside_the_repository(body: str) -> list[str]:
+    """The machine paths a section cites, and the scripts its commands run that the
+    repository does not hold."""
+    scripts = [name for name in SCRIPT_RUN.findall(body) if not (ROOT / name).exists()]
+    return MACHINE_PATH.findall(body) + scripts
+
+
+def test_only_sections_marked_historical_cite_what_the_repository_does_not_hold():
     unmarked = [
-        (heading, MACHINE_PATH.findall(body)[:3])
+        (heading, outside_the_repository(body)[:3])
         for heading, body in record_sections()
-        if MACHINE_PATH.search(body) and HISTORICAL not in body.split("\n###", 1)[0]
+        if outside_the_repository(body) and HISTORICAL not in body.split("\n###", 1)[0]
     ]
     assert not unmarked, unmarked
 

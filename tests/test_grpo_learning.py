@@ -1,5 +1,5 @@
-"""GRPO's learning tests (issue 48) at CI size, outside `make test` (`make test-grpo`: 22 min 24
-s alone on 2 cores for the three, 2026-12-07): in the learning lane its run
+"""GRPO's learning tests (issue 48) at CI size, outside `make test` (`make test-grpo`: the three
+took 22 min 24 s alone on 2 cores, 2026-12-07): in the learning lane its GRPO run
 took the lane from 39 to 64 minutes of a 66-minute CI, past CI's 60 with no margin for a
 slower machine.
 
@@ -110,9 +110,9 @@ def test_grpo_does_as_well_as_ppo_with_the_verifiers_reward_at_equal_samples(grp
     frontier."""
     # Pre-registered 2026-12-07 before its first run (docs/experiment-design.md, "GRPO against
     # PPO at equal samples: the pre-registration"): non-inferiority at 0.03. GRPO at 4,096
-    # samples gained +0.065 on this start and PPO at 768 +0.015; GRPO at 768 is unmeasured.
+    # samples gained +0.065 on this start and PPO at 768 +0.015; GRPO at 768 was unmeasured.
     # With equal arms the power is about 0.5 at 10 % of problems discordant, 0.8 at 6 %.
-    # Measured (2026-12-07, first run): GRPO 0.795 vs PPO 0.787, +0.0075 [-0.018, +0.033],
+    # Measured (2026-12-07, first run): GRPO 0.795 vs PPO 0.7875, +0.0075 [-0.018, +0.033],
     # one-sided p 0.0021 (p_holm 0.0021): non-inferior at 0.03.
     history = grpo["matched"]["history"]
     # one sampling batch a round (no dynamic-sampling refill): the rows trained are the draws
