@@ -47,12 +47,18 @@ def default_caps_ending(row: dict) -> str | None:
     return "max_turns" if row["num_turns"] > DEFAULT_CAPS.max_turns else None
 
 
-def reward_under_default_caps(row: dict, eos_penalty: float) -> float:
-    """GRPO's reward of the trajectory had the default's caps cut it: a cut one never reaches
-    its answer (score 0), and a token cap costs the eos penalty."""
-    ending = default_caps_ending(row)
+def reward_as_sampled(row: dict, eos_penalty: float) -> float:
+    """GRPO's reward of the trajectory as it ended: the verifier's score, less the eos penalty
+    where a token cap cut it."""
+    return sample_reward(float(row["correct"]), row["finish_reason"], eos_penalty)
+
+
+def reward_under_default_caps(row: dict, ending: str | None, eos_penalty: float) -> float:
+    """GRPO's reward of the trajectory had the default's caps ended it at `ending`
+    (default_caps_ending's): a cut one never reaches its answer (score 0), and a token cap
+    costs the eos penalty."""
     if ending is None:
-        return sample_reward(float(row["correct"]), row["finish_reason"], eos_penalty)
+        return reward_as_sampled(row, eos_penalty)
     return sample_reward(0.0, ending, eos_penalty)
 
 
@@ -60,7 +66,6 @@ def caps_summary(rows: list[dict], eos_penalty: float) -> dict:
     """What the default's caps would have changed in these trajectories: how many they cut,
     and why; how many of those were correct; whose reward differs."""
     endings = [default_caps_ending(row) for row in rows]
-    rewards = [sample_reward(float(r["correct"]), r["finish_reason"], eos_penalty) for r in rows]
     return {
         "samples": len(rows),
         "mean_tokens": sum(row["num_tokens"] for row in rows) / len(rows),
@@ -71,8 +76,8 @@ def caps_summary(rows: list[dict], eos_penalty: float) -> dict:
         },
         "cut_and_correct": sum(bool(r["correct"]) for r, e in zip(rows, endings, strict=True) if e),
         "reward_differs": sum(
-            reward != reward_under_default_caps(row, eos_penalty)
-            for row, reward in zip(rows, rewards, strict=True)
+            reward_as_sampled(row, eos_penalty) != reward_under_default_caps(row, e, eos_penalty)
+            for row, e in zip(rows, endings, strict=True)
         ),
         "correct": sum(bool(row["correct"]) for row in rows),
         "finish_reasons": {
